@@ -1,0 +1,3 @@
+from shallowmirror.cli.main import main
+
+raise SystemExit(main())

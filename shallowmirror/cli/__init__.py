@@ -1,0 +1,1 @@
+"""The `shallowmirror` command: one module per subcommand, registered in ``main.SUBCOMMANDS``."""
