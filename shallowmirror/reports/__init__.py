@@ -1,0 +1,1 @@
+"""Reports: PySpark jobs over engine metrics and benchmark results, and the HTML report."""
