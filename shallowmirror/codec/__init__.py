@@ -20,7 +20,7 @@ def _choose():
     if os.environ.get("SHALLOWMIRROR_PURE_PYTHON") == "1":
         return "python", _py_records, _py_messages
     try:
-        from shallowmirror.codec import _crecords, _cmessages
+        from shallowmirror.codec import _cmessages, _crecords
     except ImportError as err:
         if os.environ.get("SHALLOWMIRROR_REQUIRE_NATIVE") == "1":
             raise ImportError(
