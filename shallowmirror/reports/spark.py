@@ -1,0 +1,152 @@
+"""Starting Spark for the reports, and checking first that the Java it needs is there.
+
+PySpark launches a JVM through ``spark-submit``, which uses ``$JAVA_HOME/bin/java`` when
+``JAVA_HOME`` is set and ``java`` from ``PATH`` otherwise. When that Java is missing or too old,
+PySpark fails with a long gateway traceback that does not say what to install; :func:`check_java`
+looks first, the same way, and raises a :class:`ShallowMirrorError` that does.
+
+Out of scope: installing Java, and configuring a cluster (pass its master URL).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shallowmirror.errors import ShallowMirrorError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Spark 4 needs Java 17 (Spark 3.5 would accept 8/11/17); the project tests on 17.
+MIN_JAVA_MAJOR = 17
+
+INSTALL_HINT = (
+    f"install Java {MIN_JAVA_MAJOR} or newer (Debian/Ubuntu: apt-get install openjdk-{MIN_JAVA_MAJOR}"
+    f"-jre-headless; macOS: brew install openjdk@{MIN_JAVA_MAJOR}) and put its `java` on PATH "
+    f"or set JAVA_HOME to its home directory"
+)
+
+_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?[^"]*"')
+
+
+class JavaMissingError(ShallowMirrorError):
+    """No usable Java for Spark: missing, not runnable, or older than :data:`MIN_JAVA_MAJOR`."""
+
+
+@dataclass(frozen=True)
+class JavaInfo:
+    """The Java that Spark will launch."""
+
+    path: str
+    major: int
+    version_line: str
+
+
+def find_java(env: Mapping[str, str] | None = None) -> str | None:
+    """Path of the ``java`` Spark would run (``$JAVA_HOME/bin/java``, else ``PATH``), or None."""
+    env = os.environ if env is None else env
+    java_home = env.get("JAVA_HOME")
+    if java_home:
+        # spark-submit does not fall back to PATH when JAVA_HOME is set, so neither do we.
+        candidate = os.path.join(java_home, "bin", "java")
+        return candidate if os.access(candidate, os.X_OK) else None
+    return shutil.which("java", path=env.get("PATH", ""))
+
+
+def parse_java_major(version_output: str) -> int | None:
+    """Major version from ``java -version`` output: ``"1.8.0_392"`` -> 8, ``"17.0.15"`` -> 17."""
+    match = _VERSION_RE.search(version_output)
+    if not match:
+        return None
+    first = int(match.group(1))
+    if first == 1 and match.group(2) is not None:  # Java 8 and older call themselves 1.x
+        return int(match.group(2))
+    return first
+
+
+def check_java(env: Mapping[str, str] | None = None, min_major: int = MIN_JAVA_MAJOR) -> JavaInfo:
+    """Return the Java Spark would use, or raise :class:`JavaMissingError` saying what to install."""
+    env = os.environ if env is None else env
+    java = find_java(env)
+    if java is None:
+        where = (
+            f"JAVA_HOME={env['JAVA_HOME']} has no bin/java"
+            if env.get("JAVA_HOME")
+            else "no `java` on PATH and JAVA_HOME is not set"
+        )
+        raise JavaMissingError(f"Spark reports need Java: {where}; {INSTALL_HINT}")
+    try:
+        proc = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, env=dict(env)
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise JavaMissingError(f"Spark reports need Java, but {java} did not run ({err}); "
+                               f"{INSTALL_HINT}") from err
+    output = (proc.stderr or "") + (proc.stdout or "")  # java -version writes to stderr
+    major = parse_java_major(output)
+    first_line = output.strip().splitlines()[0] if output.strip() else ""
+    if proc.returncode != 0 or major is None:
+        raise JavaMissingError(
+            f"Spark reports need Java, but `{java} -version` failed (exit {proc.returncode}: "
+            f"{first_line!r}); {INSTALL_HINT}"
+        )
+    if major < min_major:
+        raise JavaMissingError(
+            f"Spark reports need Java {min_major} or newer, found Java {major} at {java} "
+            f"({first_line}); {INSTALL_HINT}"
+        )
+    return JavaInfo(path=java, major=major, version_line=first_line)
+
+
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "shallowmirror-report",
+    shuffle_partitions: int = 4,
+) -> SparkSession:
+    """A SparkSession for the report jobs: quiet, no UI, few shuffle partitions (inputs are small).
+
+    Checks Java first. ``master`` is any Spark master URL (``local[*]``, ``spark://host:7077``,
+    ``yarn``...). Stop it with ``session.stop()`` when done.
+    """
+    check_java()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as err:
+        raise ShallowMirrorError(
+            "Spark reports need pyspark: pip install 'shallowmirror[bench]'"
+        ) from err
+    # Executors must run this interpreter (the one with shallowmirror's dependencies), not
+    # whatever `python3` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        # Report inputs are megabytes: the default 200 shuffle partitions only add task overhead.
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", str(shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.log.level", "ERROR")
+        # Times in the inputs are epoch seconds; keep any rendering of them in UTC.
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if master.startswith("local"):
+        # A local run needs no network identity; binding to loopback avoids hostname lookups
+        # that hang or fail on sandboxed and offline machines.
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    try:
+        session = builder.getOrCreate()
+    except Exception as err:  # noqa: BLE001 - py4j raises plain Exceptions on gateway failure
+        raise ShallowMirrorError(f"could not start Spark (master {master}): {err}") from err
+    session.sparkContext.setLogLevel("ERROR")
+    return session
