@@ -1,0 +1,24 @@
+"""`shallowmirror brokers`: run embedded Kafka-protocol clusters (tansu) for trying things out."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "brokers",
+        help="run embedded test clusters (tansu) on 127.0.0.1 until Ctrl-C",
+        description="Start one embedded single-broker cluster per alias on a free 127.0.0.1 port "
+                    "and print its bootstrap address; stop them all on Ctrl-C or SIGTERM. "
+                    "Storage is in memory only.",
+    )
+    p.add_argument("aliases", nargs="*", default=["source", "target"],
+                   help="cluster aliases (default: source target)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shallowmirror.testing.embedded import main
+
+    return main(args.aliases)
