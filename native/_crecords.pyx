@@ -1,0 +1,490 @@
+# cython: language_level=3
+"""Record-set half of the codec, native build of ``shallowmirror.codec.records`` (the twin).
+
+Same contract, same decisions, same errors as the twin (see its docstring and
+``shallowmirror/codec/layout.py`` for the byte layout); the differential suite holds them to it.
+
+Why it is fast: one buffer acquisition per call, header fields read straight from the char
+pointer (no struct module, no dicts), one small object per batch created without ``__init__``,
+and the CRC-32C left to the ``crc32c`` package (SSE4.2) on a memoryview made over raw memory.
+``boundscheck`` is off for the whole build, so every wire length is checked by hand below before
+any byte it covers is read.
+
+Wire layout (v2): baseOffset@0 q, batchLength@8 i, partitionLeaderEpoch@12 i, magic@16 b,
+crc@17 I, attributes@21 h, lastOffsetDelta@23 i, baseTimestamp@27 q, maxTimestamp@35 q,
+producerId@43 q, producerEpoch@51 h, baseSequence@53 i, recordCount@57 i, records@61.
+CRC-32C covers [21, end). Legacy: offset@0 q, size@8 i, crc@12 I (CRC-32 over [16, end)),
+magic@16 b, attributes@17 b, [timestamp@18 q if magic 1], keyLength, key, valueLength, value.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+import zlib
+
+from crc32c import crc32c as _crc32c
+
+from shallowmirror.errors import CorruptDataError, CrcMismatchError, UnsupportedFormatError, Where
+
+ctypedef signed char int8_t_cast
+
+cdef extern from "Python.h":
+    object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
+    int PyBUF_READ
+
+# Layout constants (mirrors shallowmirror/codec/layout.py; a unit test compares them).
+cdef enum:
+    LOG_OVERHEAD = 12
+    MAGIC_OFFSET = 16
+    CRC_OFFSET = 17
+    ATTRIBUTES_OFFSET = 21
+    PRODUCER_ID_OFFSET = 43
+    HEADER_SIZE = 61
+    V2_MIN_BATCH_LENGTH = 49
+    LEGACY_MIN_LENGTH_V0 = 14
+    LEGACY_MIN_LENGTH_V1 = 22
+    COMPRESSION_MASK = 0x07
+    TIMESTAMP_TYPE_MASK = 0x08
+    TRANSACTIONAL_MASK = 0x10
+    CONTROL_MASK = 0x20
+
+LAYOUT = {
+    "LOG_OVERHEAD": LOG_OVERHEAD, "MAGIC_OFFSET": MAGIC_OFFSET, "CRC_OFFSET": CRC_OFFSET,
+    "ATTRIBUTES_OFFSET": ATTRIBUTES_OFFSET, "PRODUCER_ID_OFFSET": PRODUCER_ID_OFFSET,
+    "HEADER_SIZE": HEADER_SIZE, "V2_MIN_BATCH_LENGTH": V2_MIN_BATCH_LENGTH,
+    "LEGACY_MIN_LENGTH_V0": LEGACY_MIN_LENGTH_V0, "LEGACY_MIN_LENGTH_V1": LEGACY_MIN_LENGTH_V1,
+    "COMPRESSION_MASK": COMPRESSION_MASK, "TIMESTAMP_TYPE_MASK": TIMESTAMP_TYPE_MASK,
+    "TRANSACTIONAL_MASK": TRANSACTIONAL_MASK, "CONTROL_MASK": CONTROL_MASK,
+}
+
+__all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce"]
+
+
+cdef inline int64_t rd64(const uint8_t *p) noexcept nogil:
+    return <int64_t>((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40)
+                     | (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16)
+                     | (<uint64_t>p[6] << 8) | <uint64_t>p[7])
+
+cdef inline uint32_t rdu32(const uint8_t *p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+cdef inline int32_t rd32(const uint8_t *p) noexcept nogil:
+    return <int32_t>rdu32(p)
+
+cdef inline int16_t rd16(const uint8_t *p) noexcept nogil:
+    return <int16_t>((<uint16_t>p[0] << 8) | <uint16_t>p[1])
+
+cdef inline void wr64(uint8_t *p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>v
+    cdef int i
+    for i in range(8):
+        p[7 - i] = <uint8_t>(u & 0xFF)
+        u >>= 8
+
+cdef inline void wr32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+cdef inline void wr16(uint8_t *p, int16_t v) noexcept nogil:
+    cdef uint16_t u = <uint16_t>v
+    p[0] = <uint8_t>(u >> 8)
+    p[1] = <uint8_t>u
+
+
+cdef inline uint32_t crc32c_of(const uint8_t *data, Py_ssize_t size, uint32_t seed) except? 0xFFFFFFFF:
+    """CRC-32C through the crc32c package (SSE4.2), over raw memory the caller keeps alive."""
+    return _crc32c(PyMemoryView_FromMemory(<char *>data, size, PyBUF_READ), seed)
+
+
+cdef object _corrupt(str message, object topic, object partition, int64_t offset,
+                     Py_ssize_t position, object cls=CorruptDataError):
+    return cls(message, Where(topic=topic, partition=partition, offset=offset, position=position))
+
+
+cdef class BatchView:
+    """One batch (or legacy entry) of a record set; ``buffer`` aliases the caller's bytes."""
+
+    cdef readonly object _records
+    cdef readonly Py_ssize_t position
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t batch_length
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int magic
+    cdef readonly uint32_t crc
+    cdef readonly int attributes
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t record_count
+
+    @property
+    def compression(self):
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self):
+        if self.magic == 0:
+            return 0
+        return 1 if self.attributes & TIMESTAMP_TYPE_MASK else 0
+
+    @property
+    def is_transactional(self):
+        return self.magic >= 2 and (self.attributes & TRANSACTIONAL_MASK) != 0
+
+    @property
+    def is_control(self):
+        return self.magic >= 2 and (self.attributes & CONTROL_MASK) != 0
+
+    @property
+    def is_legacy(self):
+        return self.magic < 2
+
+    @property
+    def last_offset(self):
+        return self._last_offset()
+
+    @property
+    def next_offset(self):
+        return self._last_offset() + 1
+
+    @property
+    def size(self):
+        return <Py_ssize_t>self.batch_length + LOG_OVERHEAD
+
+    @property
+    def buffer(self):
+        return self._records[self.position:self.position + self.batch_length + LOG_OVERHEAD]
+
+    cdef inline int64_t _last_offset(self):
+        if self.magic < 2:
+            return self.base_offset
+        return self.base_offset + self.last_offset_delta
+
+    def __repr__(self):
+        return (f"BatchView(position={self.position}, base_offset={self.base_offset}, "
+                f"magic={self.magic}, size={self.size}, record_count={self.record_count}, "
+                f"attributes={self.attributes:#x})")
+
+
+cdef class SplitResult:
+    """Batches of a record set, the bytes they cover, and whether a truncated tail remains."""
+
+    cdef public list batches
+    cdef public Py_ssize_t consumed
+    cdef public bint partial
+
+    def __repr__(self):
+        return (f"SplitResult(batches={len(self.batches)}, consumed={self.consumed}, "
+                f"partial={self.partial})")
+
+
+cdef object _as_bytes_view(object records):
+    cdef object view = memoryview(records)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def split_batches(records, *, bint verify_crc=True, topic=None, partition=None):
+    """Split a record set into batch views; stop cleanly at a trailing partial batch."""
+    cdef object view = _as_bytes_view(records)
+    cdef Py_buffer pybuf
+    PyObject_GetBuffer(view, &pybuf, PyBUF_SIMPLE)
+    cdef list batches = []
+    cdef SplitResult result = SplitResult.__new__(SplitResult)
+    cdef const uint8_t *base = <const uint8_t *>pybuf.buf
+    cdef Py_ssize_t end = pybuf.len
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t remaining, size
+    cdef int64_t base_offset
+    cdef int32_t length, min_length
+    cdef int magic
+    cdef bint partial = False
+    try:
+        while True:
+            remaining = end - pos
+            if remaining < LOG_OVERHEAD:
+                partial = remaining > 0
+                break
+            base_offset = rd64(base + pos)
+            length = rd32(base + pos + 8)
+            if remaining <= MAGIC_OFFSET:
+                # Magic not readable yet: only the length can be judged.
+                if length < LEGACY_MIN_LENGTH_V0:
+                    raise _corrupt(f"batch length {length} below the minimum "
+                                   f"{LEGACY_MIN_LENGTH_V0}", topic, partition, base_offset, pos)
+                partial = True
+                break
+            magic = <int8_t_cast>base[pos + MAGIC_OFFSET]
+            if magic == 2:
+                min_length = V2_MIN_BATCH_LENGTH
+            elif magic == 1:
+                min_length = LEGACY_MIN_LENGTH_V1
+            elif magic == 0:
+                min_length = LEGACY_MIN_LENGTH_V0
+            else:
+                raise _corrupt(f"unknown magic {magic}", topic, partition, base_offset, pos)
+            if length < min_length:
+                raise _corrupt(f"batch length {length} below the minimum {min_length} for magic "
+                               f"{magic}", topic, partition, base_offset, pos)
+            size = <Py_ssize_t>length + LOG_OVERHEAD
+            if size > remaining:
+                partial = True
+                break
+            if magic == 2:
+                batches.append(_parse_v2(view, base, pos, size, verify_crc, topic, partition))
+            else:
+                batches.append(_parse_legacy(view, base, pos, size, magic, verify_crc, topic,
+                                             partition))
+            pos += size
+    finally:
+        PyBuffer_Release(&pybuf)
+    result.batches = batches
+    result.consumed = pos
+    result.partial = partial
+    return result
+
+
+cdef BatchView _parse_v2(object view, const uint8_t *base, Py_ssize_t pos, Py_ssize_t size,
+                         bint verify_crc, object topic, object partition):
+    cdef const uint8_t *p = base + pos
+    cdef BatchView b = BatchView.__new__(BatchView)
+    cdef uint32_t computed
+    b._records = view
+    b.position = pos
+    b.base_offset = rd64(p)
+    b.batch_length = rd32(p + 8)
+    b.partition_leader_epoch = rd32(p + 12)
+    b.magic = 2
+    b.crc = rdu32(p + CRC_OFFSET)
+    b.attributes = rd16(p + ATTRIBUTES_OFFSET)
+    b.last_offset_delta = rd32(p + 23)
+    b.base_timestamp = rd64(p + 27)
+    b.max_timestamp = rd64(p + 35)
+    b.producer_id = rd64(p + 43)
+    b.producer_epoch = rd16(p + 51)
+    b.base_sequence = rd32(p + 53)
+    b.record_count = rd32(p + 57)
+    if (b.attributes & COMPRESSION_MASK) > 4:
+        raise _corrupt(f"unknown compression codec {b.attributes & COMPRESSION_MASK}",
+                       topic, partition, b.base_offset, pos)
+    if (b.last_offset_delta < 0 or b.record_count < 0
+            or <int64_t>b.record_count > <int64_t>b.last_offset_delta + 1):
+        raise _corrupt(f"record count {b.record_count} does not fit last offset delta "
+                       f"{b.last_offset_delta}", topic, partition, b.base_offset, pos)
+    if verify_crc:
+        computed = crc32c_of(p + ATTRIBUTES_OFFSET, size - ATTRIBUTES_OFFSET, 0)
+        if computed != b.crc:
+            raise _corrupt(f"CRC-32C mismatch: stored {b.crc:#010x}, computed {computed:#010x}",
+                           topic, partition, b.base_offset, pos, CrcMismatchError)
+    return b
+
+
+cdef BatchView _parse_legacy(object view, const uint8_t *base, Py_ssize_t pos, Py_ssize_t size,
+                             int magic, bint verify_crc, object topic, object partition):
+    cdef const uint8_t *p = base + pos
+    cdef BatchView b = BatchView.__new__(BatchView)
+    cdef Py_ssize_t end = pos + size
+    cdef Py_ssize_t key_pos, value_pos
+    cdef int32_t key_length, value_length
+    cdef uint32_t computed
+    b._records = view
+    b.position = pos
+    b.base_offset = rd64(p)
+    b.batch_length = rd32(p + 8)
+    b.crc = rdu32(p + 12)
+    b.magic = magic
+    b.attributes = <int8_t_cast>p[17]
+    b.partition_leader_epoch = -1
+    b.last_offset_delta = -1
+    b.base_timestamp = -1
+    b.max_timestamp = -1
+    b.producer_id = -1
+    b.producer_epoch = -1
+    b.base_sequence = -1
+    b.record_count = -1
+    if (b.attributes & COMPRESSION_MASK) > 3:
+        raise _corrupt(f"unknown compression codec {b.attributes & COMPRESSION_MASK} for magic "
+                       f"{magic}", topic, partition, b.base_offset, pos)
+    key_pos = pos + (26 if magic == 1 else 18)
+    # The minimum length checked by the caller guarantees key_pos + 8 <= end.
+    key_length = rd32(base + key_pos)
+    value_pos = key_pos + 4 + (key_length if key_length > 0 else 0)
+    if key_length < -1 or value_pos + 4 > end:
+        raise _corrupt(f"legacy key length {key_length} does not fit the message", topic,
+                       partition, b.base_offset, pos)
+    value_length = rd32(base + value_pos)
+    if value_length < -1 or value_pos + 4 + (value_length if value_length > 0 else 0) != end:
+        raise _corrupt(f"legacy value length {value_length} does not fill the message", topic,
+                       partition, b.base_offset, pos)
+    if verify_crc:
+        computed = zlib.crc32(PyMemoryView_FromMemory(<char *>(p + MAGIC_OFFSET),
+                                                      size - MAGIC_OFFSET, PyBUF_READ))
+        if computed != b.crc:
+            raise _corrupt(f"CRC-32 mismatch: stored {b.crc:#010x}, computed {computed:#010x}",
+                           topic, partition, b.base_offset, pos, CrcMismatchError)
+    return b
+
+
+cdef int64_t _read_varint(const uint8_t *base, Py_ssize_t *pos, Py_ssize_t end, int max_bytes,
+                          BatchView batch) except? -1:
+    """Zigzag varint at ``pos[0]``; at most ``max_bytes`` bytes and never past ``end``."""
+    cdef uint64_t raw = 0
+    cdef int shift = 0
+    cdef int i
+    cdef uint8_t byte
+    for i in range(max_bytes):
+        if pos[0] + i >= end:
+            break
+        byte = base[pos[0] + i]
+        raw |= (<uint64_t>(byte & 0x7F)) << shift
+        if not (byte & 0x80):
+            pos[0] += i + 1
+            return <int64_t>(raw >> 1) ^ -(<int64_t>(raw & 1))
+        shift += 7
+    raise CorruptDataError("malformed varint in control record",
+                           Where(offset=batch.base_offset, position=batch.position))
+
+
+cdef bint _is_abort_marker(BatchView batch) except -1:
+    """Whether a control batch's first record is an ABORT marker (as the Java consumer reads)."""
+    if batch.record_count == 0:
+        return False
+    cdef Py_buffer pybuf
+    cdef const uint8_t *base
+    cdef Py_ssize_t pos = batch.position + HEADER_SIZE
+    cdef Py_ssize_t end = batch.position + batch.batch_length + LOG_OVERHEAD
+    cdef int64_t key_length
+    cdef int16_t version
+    PyObject_GetBuffer(batch._records, &pybuf, PyBUF_SIMPLE)
+    try:
+        base = <const uint8_t *>pybuf.buf
+        if end > pybuf.len:
+            raise CorruptDataError("batch view outruns its buffer",
+                                   Where(offset=batch.base_offset, position=batch.position))
+        _read_varint(base, &pos, end, 5, batch)            # record length
+        pos += 1                                            # record attributes
+        _read_varint(base, &pos, end, 10, batch)           # timestamp delta
+        _read_varint(base, &pos, end, 5, batch)            # offset delta
+        key_length = _read_varint(base, &pos, end, 5, batch)
+        if key_length < 4 or pos + 4 > end:
+            raise CorruptDataError(f"control record key of {key_length} bytes is too short",
+                                   Where(offset=batch.base_offset, position=batch.position))
+        version = rd16(base + pos)
+        if version < 0:
+            raise CorruptDataError(f"control record version {version} is negative",
+                                   Where(offset=batch.base_offset, position=batch.position))
+        return rd16(base + pos + 2) == 0
+    finally:
+        PyBuffer_Release(&pybuf)
+
+
+def _first_offset(item):
+    return item[1]
+
+
+def filter_batches(batches, *, int64_t fetch_offset, aborted_transactions=None,
+                   bint drop_control=True):
+    """Batches worth forwarding; same rules as the twin's ``filter_batches``."""
+    cdef list pending = sorted(aborted_transactions or (), key=_first_offset)
+    cdef Py_ssize_t next_pending = 0
+    cdef Py_ssize_t n_pending = len(pending)
+    cdef set aborting = set()
+    cdef bint read_committed = aborted_transactions is not None
+    cdef list kept = []
+    cdef BatchView b
+    cdef int64_t last_offset
+    cdef bint control
+    for obj in batches:
+        b = <BatchView?>obj
+        last_offset = b._last_offset()
+        control = b.magic >= 2 and (b.attributes & CONTROL_MASK) != 0
+        if read_committed and b.producer_id >= 0:
+            while next_pending < n_pending and pending[next_pending][1] <= last_offset:
+                aborting.add(pending[next_pending][0])
+                next_pending += 1
+            if control:
+                if _is_abort_marker(b):
+                    aborting.discard(b.producer_id)
+            elif (b.magic >= 2 and (b.attributes & TRANSACTIONAL_MASK) != 0
+                  and b.producer_id in aborting):
+                continue
+        if control and drop_control:
+            continue
+        if last_offset < fetch_offset:
+            continue
+        kept.append(b)
+    return kept
+
+
+cdef inline void _check_range(str name, object value, object low, object high) except *:
+    if not low <= value <= high:
+        raise ValueError(f"{name} {value} out of range [{low}, {high}]")
+
+
+def rewrite_for_produce(BatchView batch, *, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                        bint transactional=False, bint clear_log_append_time=False):
+    """(new 61-byte header, view of the rest) for a Produce request; same rules as the twin."""
+    if batch.magic < 2:
+        raise UnsupportedFormatError(
+            f"legacy magic {batch.magic} entry cannot go into Produce v3+; convert it with "
+            "shallowmirror.codec.deep.convert_legacy",
+            Where(offset=batch.base_offset, position=batch.position))
+    if batch.attributes & CONTROL_MASK:
+        raise UnsupportedFormatError("control batches cannot be produced; drop them",
+                                     Where(offset=batch.base_offset, position=batch.position))
+    if batch.record_count != <int64_t>batch.last_offset_delta + 1:
+        raise UnsupportedFormatError(
+            f"batch has offset gaps (record count {batch.record_count}, last offset delta "
+            f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
+            Where(offset=batch.base_offset, position=batch.position))
+    _check_range("producer_id", producer_id, -(1 << 63), (1 << 63) - 1)
+    _check_range("producer_epoch", producer_epoch, -(1 << 15), (1 << 15) - 1)
+    _check_range("base_sequence", base_sequence, -(1 << 31), (1 << 31) - 1)
+    cdef int64_t pid = producer_id
+    cdef int16_t epoch = producer_epoch
+    cdef int32_t seq = base_sequence
+    if transactional and pid < 0:
+        raise ValueError("a transactional batch needs a producer id")
+
+    cdef int attributes = batch.attributes & ~TRANSACTIONAL_MASK
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if clear_log_append_time:
+        attributes &= ~TIMESTAMP_TYPE_MASK
+
+    cdef Py_ssize_t start = batch.position
+    cdef Py_ssize_t size = <Py_ssize_t>batch.batch_length + LOG_OVERHEAD
+    cdef Py_buffer pybuf
+    cdef bytes header = PyBytes_FromStringAndSize(NULL, HEADER_SIZE)
+    cdef uint8_t *h = <uint8_t *>PyBytes_AS_STRING(header)
+    cdef const uint8_t *p
+    cdef uint32_t crc
+    PyObject_GetBuffer(batch._records, &pybuf, PyBUF_SIMPLE)
+    try:
+        if start + size > pybuf.len:
+            raise CorruptDataError("batch view outruns its buffer",
+                                   Where(offset=batch.base_offset, position=start))
+        p = <const uint8_t *>pybuf.buf + start
+        memcpy(h, p, HEADER_SIZE)
+        wr64(h, 0)                                  # baseOffset 0, outside the CRC
+        wr32(h + 12, 0xFFFFFFFF)                    # partitionLeaderEpoch -1, outside the CRC
+        if (attributes != batch.attributes or pid != batch.producer_id
+                or epoch != batch.producer_epoch or seq != batch.base_sequence):
+            wr16(h + ATTRIBUTES_OFFSET, <int16_t>attributes)
+            wr64(h + PRODUCER_ID_OFFSET, pid)
+            wr16(h + 51, epoch)
+            wr32(h + 53, <uint32_t>seq)
+            crc = crc32c_of(h + ATTRIBUTES_OFFSET, HEADER_SIZE - ATTRIBUTES_OFFSET, 0)
+            crc = crc32c_of(p + HEADER_SIZE, size - HEADER_SIZE, crc)
+            wr32(h + CRC_OFFSET, crc)
+    finally:
+        PyBuffer_Release(&pybuf)
+    return header, batch._records[start + HEADER_SIZE:start + size]
