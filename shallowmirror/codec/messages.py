@@ -449,6 +449,8 @@ def _string(value: str | None, name: str, compact: bool, nullable: bool) -> byte
         if not nullable:
             raise ValueError(f"{name} must not be None")
         return b"\x00" if compact else b"\xff\xff"
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     data = value.encode("utf-8")
     if len(data) > 0x7FFF:
         raise ValueError(f"{name} is longer than 32767 bytes")
