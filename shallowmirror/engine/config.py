@@ -1,0 +1,124 @@
+"""The engine's settings: one table, Kafka's key names, validated all at once.
+
+Client keys (``bootstrap.servers``, ``client.id``, ``security.protocol``, ``sasl.*``, ``ssl.*``)
+belong to the source/target *client configs*, not to this table; the engine passes them to the net
+layer and to the membership consumer untouched. This table holds what the engine itself decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shallowmirror.errors import ConfigError
+from shallowmirror.settings import Setting, SettingsTable
+
+_MIB = 1024 * 1024
+
+ENGINE_SETTINGS = SettingsTable(
+    title="Engine (shallow mirror)",
+    passthrough_prefixes=("ssl.", "sasl.", "security.", "bootstrap.", "client.", "socket."),
+    settings=[
+        Setting("group.id", "str", None,
+                "Consumer group under which source offsets are committed and partitions shared "
+                "between engine processes. Default: shallowmirror-<source alias>-<target alias>.",
+                scope="flow"),
+        Setting("partition.assignment", "str", "group",
+                "group: share partitions with other engines of the same group.id through the "
+                "consumer-group protocol; all: take every partition of the topics (one engine), "
+                "still committing offsets under group.id.", choices=("group", "all")),
+        Setting("session.timeout.ms", "int", 10000,
+                "Group session timeout of the membership consumer (a dead engine's partitions "
+                "move after this long).", minimum=1000),
+        Setting("heartbeat.interval.ms", "int", 1000, "Group heartbeat interval.", minimum=100),
+        Setting("isolation.level", "str", "read_uncommitted",
+                "read_committed drops batches of aborted transactions (and control batches, "
+                "which are never forwarded anyway).",
+                choices=("read_uncommitted", "read_committed")),
+        Setting("auto.offset.reset", "str", "earliest",
+                "Where to start a partition without a committed offset, and after "
+                "OFFSET_OUT_OF_RANGE.", choices=("earliest", "latest")),
+        Setting("fetch.max.bytes", "int", 16 * _MIB, "Bytes asked for per Fetch request.",
+                minimum=1024),
+        Setting("max.partition.fetch.bytes", "int", 4 * _MIB,
+                "Bytes asked for per partition in a Fetch request (tansu ignores it).",
+                minimum=1024),
+        Setting("fetch.max.wait.ms", "int", 500,
+                "How long a broker may hold a Fetch with too little data (>= 100: tansu returns "
+                "nothing at 0).", minimum=100),
+        Setting("fetch.min.bytes", "int", 1, "Minimum bytes for a Fetch answer.", minimum=1),
+        Setting("max.request.size", "int", 1 * _MIB,
+                "Most bytes in one Produce request; partitions' batches are packed up to it. A "
+                "single batch above it is an error naming the size and this limit.",
+                minimum=1024),
+        Setting("acks", "str", "all", "Produce acks: all (-1), 1 or 0 is not supported.",
+                choices=("all", "-1", "1")),
+        Setting("enable.idempotence", "bool", True,
+                "Stamp the mirror's own producer id/epoch/sequence (InitProducerId on the "
+                "target) into every batch: retries never duplicate or reorder."),
+        Setting("max.in.flight.requests.per.connection", "int", 5,
+                "Produce requests in flight per target broker connection; also the limit per "
+                "partition (<= 5 when idempotent).", minimum=1),
+        Setting("request.timeout.ms", "int", 30000, "Timeout of one request.", minimum=1000),
+        Setting("retry.backoff.ms", "int", 100, "First backoff after a retriable error.",
+                minimum=1),
+        Setting("retry.backoff.max.ms", "int", 5000, "Longest backoff.", minimum=1),
+        Setting("offset.commit.interval.ms", "int", 5000,
+                "How often the committed positions are written to the source cluster.",
+                minimum=10),
+        Setting("metadata.max.age.ms", "int", 30000,
+                "Refresh metadata (new topics/partitions) at least this often.", minimum=100),
+        Setting("buffer.memory", "int", 64 * _MIB,
+                "The byte budget: everything fetched but not yet acknowledged by the target. "
+                "Fetching pauses while it is used up.", minimum=64 * 1024),
+        Setting("legacy.format", "str", "fail",
+                "Magic 0/1 source entries: convert (deep conversion to a v2 batch) or fail "
+                "(stop the partition with a clear error).", choices=("convert", "fail")),
+        Setting("log.append.time", "str", "keep",
+                "Batches with the LogAppendTime bit: keep the bit (the target stamps its own "
+                "append time) or clear it (keep the source's max timestamp as create time).",
+                choices=("keep", "clear")),
+        Setting("multiple.batches.per.partition", "bool", False,
+                "KIP-712: several batches of one partition in one Produce request. Stock "
+                "brokers reject this; only for brokers that accept it."),
+        Setting("crc.check", "bool", True, "Verify every source batch's CRC-32C before "
+                "forwarding it."),
+        Setting("metrics.file", "str", None, "JSON-lines metrics file (flow + process "
+                "records); none when empty."),
+        Setting("metrics.interval.ms", "int", 1000,
+                "Aggregate flow records per partition over this interval (0: one per batch).",
+                minimum=0),
+        Setting("producer.id", "int", -1,
+                "Not for users: a fixed producer id (tests); -1 asks the target."),
+    ],
+)
+
+#: Client keys that configure the connection, passed through to net and the membership consumer.
+CLIENT_PREFIXES = ("bootstrap.servers", "client.id", "security.protocol", "sasl.", "ssl.")
+
+
+def resolve_settings(raw: Mapping[str, Any] | None, *, context: str = "engine") -> dict[str, Any]:
+    """Defaults overlaid with ``raw`` (strings or typed values), checked across keys."""
+    values = ENGINE_SETTINGS.resolve(dict(raw or {}), context=context)
+    problems = []
+    if values["enable.idempotence"] and values["max.in.flight.requests.per.connection"] > 5:
+        problems.append("max.in.flight.requests.per.connection must be <= 5 when "
+                        "enable.idempotence=true (brokers track only the last 5 batches)")
+    if values["fetch.max.bytes"] > values["buffer.memory"]:
+        problems.append(f"fetch.max.bytes ({values['fetch.max.bytes']}) must not exceed "
+                        f"buffer.memory ({values['buffer.memory']})")
+    if values["retry.backoff.max.ms"] < values["retry.backoff.ms"]:
+        problems.append("retry.backoff.max.ms must be >= retry.backoff.ms")
+    if problems:
+        raise ConfigError(problems)
+    return values
+
+
+def acks_value(values: Mapping[str, Any]) -> int:
+    """The Produce request's acks field."""
+    return -1 if str(values["acks"]) in ("all", "-1") else int(values["acks"])
+
+
+def client_keys(config: Mapping[str, Any]) -> dict[str, str]:
+    """The connection keys of a Kafka-style client config (what librdkafka also understands)."""
+    return {k: str(v) for k, v in config.items() if k.startswith(CLIENT_PREFIXES)}

@@ -1,0 +1,225 @@
+"""Offset tracking per source partition: the committed position and the source->target map.
+
+Every fetched range of a source partition becomes an *entry*, in fetch order. An entry is either a
+forwarded batch (waiting for, or holding, the target's acknowledgement) or a *gap*: offsets that
+were fetched but deliberately not forwarded (control batches, aborted transactions, batches a
+program dropped, a range skipped after OFFSET_OUT_OF_RANGE). Gaps count as acknowledged at once.
+
+::
+
+    source partition offsets  100        110             125     130          150
+                              |  batch A  |    batch B     |  gap  |  batch C   |
+    entries                   [100,110)    [110,125)        [125,130)[130,150)
+    state                     acked        in flight        acked    acked
+                                          ^
+                              committed position = 110: the end of the contiguous acknowledged
+                              prefix. Never beyond an unacknowledged batch (B), even though C is
+                              already on the target; after B's ack it jumps to 150.
+
+    target partition offsets  7000       7010             (gap: nothing written)
+                              | batch A' |  batch B'  |  batch C'  |
+    map rows                  (source_base=100, count=10, target_base=7000)
+                              (source_base=110, count=15, target_base=7010)
+                              (source_base=130, count=20, target_base=7025)
+
+    translate(source=117) = 7010 + (117 - 110) = 7017     exact inside a batch
+    translate(source=127) = None                           inside a gap: not mirrored
+
+Invariants (asserted):
+- entries are contiguous: each entry's ``start`` is the previous entry's ``end``;
+- the committed position only grows, and equals the start of the first unacknowledged entry (or
+  the end of the last entry when all are acknowledged);
+- map rows are ordered by ``source_base`` and never overlap.
+
+A row's ``target_base`` is ``None`` when the target acknowledged without telling where the batch
+went (tansu answers DUPLICATE_SEQUENCE_NUMBER for a resent idempotent batch that is already
+written; stock Kafka returns the original offset instead). Such rows translate to ``None``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """One forwarded batch: ``count`` source offsets from ``source_base`` are ``count`` target
+    offsets from ``target_base`` (None: acknowledged, target offset unknown)."""
+
+    source_base: int
+    count: int
+    target_base: int | None
+
+    @property
+    def source_end(self) -> int:
+        return self.source_base + self.count
+
+
+class OffsetMap:
+    """Exact source->target offset translation for one partition, one row per forwarded batch.
+
+    ``max_rows`` bounds memory: the oldest rows are dropped first (``first_source_offset`` then
+    says from where translation is available)."""
+
+    def __init__(self, max_rows: int = 1_000_000) -> None:
+        self.max_rows = max_rows
+        self._bases: deque[int] = deque()
+        self._rows: deque[MapRow] = deque()
+
+    def add(self, row: MapRow) -> None:
+        if self._rows:
+            assert row.source_base >= self._rows[-1].source_end, (
+                f"offset map rows overlap: {self._rows[-1]} then {row}")
+        self._rows.append(row)
+        self._bases.append(row.source_base)
+        while len(self._rows) > self.max_rows:
+            self._rows.popleft()
+            self._bases.popleft()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def rows(self) -> list[MapRow]:
+        return list(self._rows)
+
+    def row_for(self, source_offset: int) -> MapRow | None:
+        """The row holding ``source_offset``, or None (a gap, not yet mirrored, or trimmed)."""
+        index = bisect.bisect_right(self._bases, source_offset) - 1
+        if index < 0:
+            return None
+        row = self._rows[index]
+        return row if source_offset < row.source_end else None
+
+    def translate(self, source_offset: int) -> int | None:
+        """The target offset of the record at ``source_offset``, exactly, or None if unknown."""
+        row = self.row_for(source_offset)
+        if row is None or row.target_base is None:
+            return None
+        return row.target_base + (source_offset - row.source_base)
+
+    def translate_position(self, source_position: int) -> int | None:
+        """Translate a consumer *position* (next offset to read): the target position after the
+        last mirrored record below ``source_position`` (checkpoints). None if unknown."""
+        index = bisect.bisect_left(self._bases, source_position) - 1
+        if index < 0:
+            return None
+        row = self._rows[index]
+        if row.target_base is None:
+            return None
+        return row.target_base + min(source_position, row.source_end) - row.source_base
+
+    @property
+    def first_source_offset(self) -> int | None:
+        return self._rows[0].source_base if self._rows else None
+
+    @property
+    def unknown_rows(self) -> int:
+        return sum(1 for row in self._rows if row.target_base is None)
+
+
+@dataclass(eq=False)
+class Entry:
+    """A fetched range [start, end) of one source partition (see the module drawing)."""
+
+    start: int
+    end: int
+    source_base: int = -1           # first forwarded offset (> start after a mid-batch trim)
+    record_count: int = 0           # 0 for a gap
+    acked: bool = False
+    target_base: int | None = None
+    is_gap: bool = False
+    payload: object = field(default=None, repr=False)   # the engine's in-flight batch
+
+    def __post_init__(self) -> None:
+        assert self.start <= self.end, f"entry runs backwards: {self.start} > {self.end}"
+
+
+class PartitionOffsets:
+    """The committed position and the offset map of one source partition."""
+
+    def __init__(self, position: int, *, offset_map: OffsetMap | None = None) -> None:
+        self._entries: deque[Entry] = deque()
+        self._committed = position
+        self._end = position                 # end of the last entry: where fetching continues
+        self.offset_map = offset_map if offset_map is not None else OffsetMap()
+
+    @property
+    def committed(self) -> int:
+        """End of the contiguous acknowledged prefix: the offset safe to commit."""
+        return self._committed
+
+    @property
+    def end(self) -> int:
+        """End of the last fetched range."""
+        return self._end
+
+    @property
+    def pending(self) -> int:
+        """Entries fetched and not yet committed (in flight or waiting behind one)."""
+        return len(self._entries)
+
+    def add_batch(self, end: int, source_base: int, record_count: int,
+                  payload: object = None) -> Entry:
+        """Register a forwarded batch ending at ``end`` (its next_offset); whatever lies between
+        the previous end and ``source_base`` was filtered out and becomes part of this range."""
+        assert source_base >= self._end, (
+            f"batch at {source_base} starts below the fetched end {self._end}")
+        entry = Entry(start=self._end, end=end, source_base=source_base,
+                      record_count=record_count, payload=payload)
+        assert source_base + record_count <= end
+        self._entries.append(entry)
+        self._end = end
+        return entry
+
+    def add_gap(self, end: int) -> Entry | None:
+        """Fetched offsets up to ``end`` that will not be forwarded: acknowledged at once."""
+        if end <= self._end:
+            return None
+        entry = Entry(start=self._end, end=end, acked=True, is_gap=True)
+        self._entries.append(entry)
+        self._end = end
+        self._advance()
+        return entry
+
+    def ack(self, entry: Entry, target_base: int | None) -> int:
+        """The target acknowledged ``entry``; return the (possibly advanced) committed position."""
+        assert not entry.acked, f"entry {entry} acknowledged twice"
+        entry.acked = True
+        entry.target_base = target_base
+        entry.payload = None
+        self._advance()
+        return self._committed
+
+    def _advance(self) -> None:
+        before = self._committed
+        while self._entries and self._entries[0].acked:
+            entry = self._entries.popleft()
+            assert entry.start == self._committed, (
+                f"entries not contiguous: committed {self._committed}, next starts {entry.start}")
+            if not entry.is_gap and entry.record_count:
+                self.offset_map.add(MapRow(entry.source_base, entry.record_count,
+                                           entry.target_base))
+            self._committed = entry.end
+        assert self._committed >= before
+
+    def reset(self, position: int) -> None:
+        """Restart from ``position`` (offset reset, or a partition assigned anew). Forward jumps
+        keep the pending entries and add a gap; anything else needs nothing pending."""
+        if position >= self._end:
+            self.add_gap(position)
+            return
+        assert not self._entries, "cannot move a partition backwards with batches in flight"
+        self._committed = self._end = position
+
+    def abandon_pending(self) -> list[Entry]:
+        """Forget every unacknowledged entry (partition revoked or stopped); fetching would resume
+        at the committed position. Returns what was abandoned."""
+        abandoned = list(self._entries)
+        self._entries.clear()
+        self._end = self._committed
+        return abandoned
+
+    def unacked(self) -> list[Entry]:
+        return [entry for entry in self._entries if not entry.acked]

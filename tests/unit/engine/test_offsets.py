@@ -1,0 +1,122 @@
+"""Offset tracker and source->target map: committed position never passes an unacked batch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shallowmirror.engine.offsets import MapRow, OffsetMap, PartitionOffsets
+
+
+def test_committed_is_end_of_contiguous_acked_prefix() -> None:
+    po = PartitionOffsets(100)
+    a = po.add_batch(110, 100, 10)
+    b = po.add_batch(125, 110, 15)
+    po.add_gap(130)
+    c = po.add_batch(150, 130, 20)
+    assert po.committed == 100
+    po.ack(a, 7000)
+    assert po.committed == 110
+    po.ack(c, 7025)
+    assert po.committed == 110          # B still in flight: never beyond it
+    po.ack(b, 7010)
+    assert po.committed == 150
+    assert po.pending == 0
+    m = po.offset_map
+    assert m.rows() == [MapRow(100, 10, 7000), MapRow(110, 15, 7010), MapRow(130, 20, 7025)]
+    assert m.translate(117) == 7017
+    assert m.translate(127) is None     # gap: not mirrored
+    assert m.translate(149) == 7044
+    assert m.translate(150) is None
+    assert m.translate(99) is None
+
+
+def test_filtered_offsets_before_a_batch_belong_to_its_range() -> None:
+    po = PartitionOffsets(0)
+    e = po.add_batch(20, 15, 5)         # 0..14 were control/aborted batches
+    po.ack(e, 0)
+    assert po.committed == 20
+    assert po.offset_map.translate(14) is None
+    assert po.offset_map.translate(15) == 0
+
+
+def test_gap_only_advances_immediately() -> None:
+    po = PartitionOffsets(5)
+    po.add_gap(9)
+    assert po.committed == 9 and po.end == 9
+
+
+def test_unknown_target_base_translates_to_none() -> None:
+    po = PartitionOffsets(0)
+    e = po.add_batch(10, 0, 10)
+    po.ack(e, None)
+    assert po.offset_map.translate(3) is None
+    assert po.offset_map.unknown_rows == 1
+
+
+def test_double_ack_and_backwards_batch_are_refused() -> None:
+    po = PartitionOffsets(0)
+    e = po.add_batch(10, 0, 10)
+    po.ack(e, 0)
+    with pytest.raises(AssertionError):
+        po.ack(e, 0)
+    with pytest.raises(AssertionError):
+        po.add_batch(15, 5, 10)
+
+
+def test_abandon_and_reset() -> None:
+    po = PartitionOffsets(0)
+    a = po.add_batch(10, 0, 10)
+    po.add_batch(20, 10, 10)
+    po.ack(a, 0)
+    abandoned = po.abandon_pending()
+    assert [e.start for e in abandoned] == [10]
+    assert po.end == po.committed == 10
+    po.reset(50)                        # forward: a gap
+    assert po.committed == 50
+    po.reset(3)                         # backward with nothing pending
+    assert po.committed == po.end == 3
+
+
+def test_random_ack_order_property() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        po = PartitionOffsets(0)
+        entries, pos = [], 0
+        for _ in range(30):
+            if rng.random() < 0.2:
+                pos += rng.randint(1, 5)
+                po.add_gap(pos)
+            else:
+                n = rng.randint(1, 20)
+                entries.append(po.add_batch(pos + n, pos, n))
+                pos += n
+        order = entries[:]
+        rng.shuffle(order)
+        acked: set[int] = set()
+        for e in order:
+            before = po.committed
+            po.ack(e, e.source_base + 1000)
+            acked.add(id(e))
+            first_unacked = next((x for x in entries if id(x) not in acked), None)
+            assert po.committed >= before
+            if first_unacked is not None:
+                assert po.committed <= first_unacked.start
+        assert po.committed == pos
+        for e in entries:
+            assert po.offset_map.translate(e.source_base) == e.source_base + 1000
+
+
+def test_offset_map_bounded_and_position_translation() -> None:
+    m = OffsetMap(max_rows=2)
+    m.add(MapRow(0, 10, 100))
+    m.add(MapRow(10, 10, 110))
+    m.add(MapRow(25, 5, 120))
+    assert len(m) == 2 and m.first_source_offset == 10
+    assert m.translate(5) is None
+    assert m.translate_position(20) == 120
+    assert m.translate_position(22) == 120    # inside a gap: after the last mirrored record
+    assert m.translate_position(27) == 122
+    with pytest.raises(AssertionError):
+        m.add(MapRow(26, 1, 0))
