@@ -1,0 +1,258 @@
+"""Report jobs on the committed fixtures, against numbers worked out by hand (in the comments).
+
+Fixture ``data/bench.jsonl`` (MB = 1e6 B, GB = 1e9 B; every run moves 1,000,000 records):
+
+    run             mode            wall  user+sys   compressed  uncompressed  peak RSS      ok
+    lz4-shallow-0   shallow         2.0   0.3+0.1    200 MB      500 MB        50 MB         yes
+    lz4-shallow-1   shallow         4.0   0.5+0.1    200 MB      500 MB        null: 52 MB   yes
+                                                                               from samples
+    lz4-shallow-2   shallow         2.5   0.7+0.3    200 MB      500 MB        48 MB         yes
+    lz4-shallow-3   shallow         100   0.1+0.1    200 MB      500 MB        9 GB          NO
+    lz4-deep-0      deep-confluent  5.0   8+2        200 MB      500 MB        150 MB        yes
+    lz4-fetch-0     fetch-only      1.6   0.2+0.1    200 MB      null          30 MB         yes
+    zstd-shallow-0  shallow         2.0   0.4+0.1    100 MB      500 MB        55 MB         yes
+    zstd-deep-0     deep-confluent  6.0   10+2       100 MB      500 MB        400 MB        yes
+
+Fixture ``data/engine.jsonl``: five flow records of run engine-1 (topics t1, t2), three process
+samples of pid 42, one line that is not JSON and one record of an unknown kind.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+approx = pytest.approx
+
+
+@pytest.fixture(scope="module")
+def records(spark, data_dir):
+    from shallowmirror.reports import jobs
+
+    df = jobs.read_records(spark, [str(data_dir / "bench.jsonl"), str(data_dir / "engine.jsonl")])
+    df.cache()
+    yield df
+    df.unpersist()
+
+
+@pytest.fixture(scope="module")
+def runs(records):
+    from shallowmirror.reports import jobs
+
+    return jobs.bench_runs(records)
+
+
+@pytest.fixture(scope="module")
+def metrics(runs):
+    from shallowmirror.reports import jobs
+
+    return jobs.run_metrics(runs).cache()
+
+
+@pytest.fixture(scope="module")
+def summary(metrics, runs):
+    from shallowmirror.reports import jobs
+
+    return jobs.repeat_summary(metrics, runs).cache()
+
+
+@pytest.fixture(scope="module")
+def ratios(summary):
+    from shallowmirror.reports import jobs
+
+    return jobs.shallow_ratios(summary).cache()
+
+
+def by(rows, *keys):
+    """Rows as dicts indexed by the given key columns."""
+    out = {}
+    for row in rows:
+        d = row.asDict()
+        out[tuple(d[k] for k in keys) if len(keys) > 1 else d[keys[0]]] = d
+    return out
+
+
+def test_kinds_are_split_and_bad_lines_counted(records):
+    from shallowmirror.reports import jobs
+
+    assert jobs.bench_runs(records).count() == 8
+    assert jobs.flow_records(records).count() == 5
+    assert jobs.process_records(records).count() == 3
+    bad = jobs.malformed_count(records).first()
+    assert (bad.malformed_lines, bad.unknown_records) == (1, 1)
+
+
+def test_per_run_throughput_cpu_per_gb_and_peak_rss(metrics):
+    m = by(metrics.collect(), "run_id")
+    r0 = m["lz4-shallow-0"]
+    assert r0["mb_s_compressed"] == approx(100.0)  # 200 MB / 2 s
+    assert r0["mb_s_uncompressed"] == approx(250.0)  # 500 MB / 2 s
+    assert r0["records_s"] == approx(500_000.0)  # 1e6 / 2 s
+    # cpu = user + sys = 0.4 s; a user-only formula would give 1.5 and 0.6
+    assert r0["cpu_s_per_gb_compressed"] == approx(2.0)  # 0.4 s / 0.2 GB
+    assert r0["cpu_s_per_gb_uncompressed"] == approx(0.8)  # 0.4 s / 0.5 GB
+    assert r0["compression_ratio"] == approx(2.5)  # 500 / 200
+    # peak_rss_bytes is null in the record: the largest rss sample (52 MB) stands in
+    assert m["lz4-shallow-1"]["peak_rss_bytes"] == 52_000_000
+    assert m["lz4-shallow-1"]["cpu_s_per_gb_compressed"] == approx(3.0)  # 0.6 / 0.2
+    assert m["lz4-shallow-2"]["cpu_s_per_gb_compressed"] == approx(5.0)  # 1.0 / 0.2
+    # fetch-only never decompresses: uncompressed figures are unknown, not zero
+    fetch = m["lz4-fetch-0"]
+    assert fetch["mb_s_uncompressed"] is None and fetch["cpu_s_per_gb_uncompressed"] is None
+    assert fetch["mb_s_compressed"] == approx(125.0)  # 200 MB / 1.6 s
+    assert m["zstd-deep-0"]["cpu_s_per_gb_compressed"] == approx(120.0)  # 12 s / 0.1 GB
+    assert m["zstd-deep-0"]["cpu_s_per_gb_uncompressed"] == approx(24.0)  # 12 s / 0.5 GB
+
+
+def test_repeats_median_min_max_skip_failed_runs(summary):
+    s = by(summary.collect(), "workload_id", "mode")
+    lz4 = s[("lz4-200B-4p", "shallow")]
+    # ok repeats only; the failed run (2 MB/s, 9 GB RSS) would move every median
+    assert lz4["runs"] == 3
+    # MB/s {100, 50, 80}: median 80 (mean would be 76.7; with the failed run, median 65)
+    assert (lz4["mb_s_compressed"], lz4["mb_s_compressed_min"], lz4["mb_s_compressed_max"]) == (
+        approx(80.0), approx(50.0), approx(100.0))
+    # CPU s/GB {2, 3, 5}: median 3 (mean 3.33)
+    assert lz4["cpu_s_per_gb_compressed"] == approx(3.0)
+    assert lz4["cpu_s_per_gb_compressed_max"] == approx(5.0)
+    # peak RSS {50, 52, 48} MB: median 50 MB
+    assert lz4["peak_rss_bytes"] == approx(50_000_000)
+    assert lz4["peak_rss_bytes_max"] == 52_000_000
+    assert lz4["records_s"] == approx(400_000.0)  # {500k, 250k, 400k}
+
+
+def test_latency_percentiles_interpolate_between_ranks(runs, summary):
+    from shallowmirror.reports import jobs
+
+    per_run = by(jobs.run_latency(runs).collect(), "run_id")
+    r0 = per_run["lz4-shallow-0"]  # samples 10, 20, 30, 40, 50 (n=5, ranks 0..4)
+    assert r0["latency_samples"] == 5
+    assert r0["latency_p50"] == approx(30.0)  # rank 2
+    assert r0["latency_p95"] == approx(48.0)  # rank 3.8: 40 + 0.8 * 10
+    assert r0["latency_p99"] == approx(49.6)  # rank 3.96: 40 + 0.96 * 10
+    assert r0["latency_max"] == approx(50.0)
+    # Pooled over the ok lz4 shallow repeats: 5 10 15 20 30 40 50 100 (n=8, ranks 0..7);
+    # the failed run's 100000 ms sample is left out (it would make p99 ~ 70000).
+    pooled = by(summary.collect(), "workload_id", "mode")[("lz4-200B-4p", "shallow")]
+    assert pooled["latency_p50"] == approx(25.0)  # rank 3.5: 20 + 0.5 * 10
+    assert pooled["latency_p95"] == approx(82.5)  # rank 6.65: 50 + 0.65 * 50
+    assert pooled["latency_p99"] == approx(96.5)  # rank 6.93: 50 + 0.93 * 50
+
+
+def test_shallow_ratios_against_each_baseline(ratios):
+    r = by(ratios.collect(), "workload_id", "baseline_mode")
+    assert set(r) == {("lz4-200B-4p", "deep-confluent"), ("lz4-200B-4p", "fetch-only"),
+                      ("zstd-200B-4p", "deep-confluent")}
+    deep = r[("lz4-200B-4p", "deep-confluent")]
+    assert deep["cpu_per_gb_ratio"] == approx(50.0 / 3.0)  # 50 s/GB over the median 3 s/GB
+    assert deep["peak_rss_ratio"] == approx(3.0)  # 150 MB / 50 MB
+    assert deep["throughput_ratio"] == approx(2.0)  # shallow 80 MB/s over deep 40 MB/s
+    assert r[("zstd-200B-4p", "deep-confluent")]["cpu_per_gb_ratio"] == approx(24.0)  # 120 / 5
+    assert r[("zstd-200B-4p", "deep-confluent")]["peak_rss_ratio"] == approx(400 / 55)
+    assert r[("lz4-200B-4p", "fetch-only")]["throughput_ratio"] == approx(0.64)  # 80 / 125
+
+
+def test_goals_pass_or_miss_with_margin(summary, ratios):
+    from shallowmirror.reports import jobs
+
+    g = by(jobs.goals(summary, ratios).collect(), "goal", "codec")
+    assert len(g) == 5
+    lz4 = g[("cpu_per_gb", "lz4")]  # 16.67x against >= 10x
+    assert (lz4["status"], lz4["margin"], lz4["margin_fraction"]) == (
+        "PASS", approx(20 / 3), approx(2 / 3))
+    zstd = g[("cpu_per_gb", "zstd")]  # 24x against >= 30x: missed by 6x, 20 % short
+    assert (zstd["status"], zstd["threshold"], zstd["margin"], zstd["margin_fraction"]) == (
+        "MISS", 30.0, approx(-6.0), approx(-0.2))
+    flat = g[("shallow_rss_flat", "lz4,zstd")]  # medians 50 MB and 55 MB: max/min 1.1 <= 1.25
+    assert (flat["status"], flat["measured"], flat["margin"]) == ("PASS", approx(1.1),
+                                                                  approx(0.15))
+    assert flat["scope"] == "value=200B partitions=4 records=1000000"
+    grows = g[("deep_rss_grows", "lz4,zstd")]  # ratio 2.5 -> 150 MB, 5.0 -> 400 MB: corr 1
+    assert (grows["status"], grows["measured"]) == ("PASS", approx(1.0))
+    fetch = g[("fetch_only_throughput", "lz4")]  # 0.64 against >= 0.8: 20 % short
+    assert (fetch["status"], fetch["margin"], fetch["margin_fraction"]) == (
+        "MISS", approx(-0.16), approx(-0.2))
+
+
+def test_failed_runs_are_listed(metrics):
+    from shallowmirror.reports import jobs
+
+    failed = jobs.failed_runs(metrics).collect()
+    assert [(f.run_id, f.error) for f in failed] == [("lz4-shallow-3", "target unreachable")]
+
+
+def test_bench_progress_becomes_throughput_over_time(runs):
+    from shallowmirror.reports import jobs
+
+    rows = jobs.bench_throughput_series(runs).where("run_id = 'lz4-shallow-0'").orderBy(
+        "t_s").collect()
+    # samples (t, records, bytes): (0,0,0) (0.5,200k,40MB) (1.5,700k,140MB) (2.0,1M,200MB)
+    assert [r.t_s for r in rows] == [0.5, 1.5, 2.0]
+    assert [r.mb_s_compressed for r in rows] == approx([80.0, 100.0, 120.0])  # 40/.5 100/1 60/.5
+    assert [r.records_s for r in rows] == approx([400_000.0, 500_000.0, 600_000.0])
+    rss = jobs.bench_rss_series(runs).where("run_id = 'lz4-deep-0'").orderBy("t_s").collect()
+    assert [(r.t_s, r.rss_bytes) for r in rss] == [
+        (0.0, 100_000_000), (2.5, 150_000_000), (5.0, 140_000_000)]
+
+
+def test_flow_windows(records):
+    from shallowmirror.reports import jobs
+
+    flow = jobs.flow_records(records)
+    w1 = by(jobs.flow_windows(flow, 1.0).collect(), "topic", "window_start")
+    # t1 records at 1000.25 (100 rec, 1000 B) and 1000.75 (300 rec, 3000 B) share [1000, 1001)
+    first = w1[("t1", 1000.0)]
+    assert (first["records"], first["compressed_bytes"], first["batches"]) == (400, 4000, 3)
+    assert first["mb_s_compressed"] == approx(0.004)  # 4000 B / 1e6 / 1 s
+    assert first["mb_s_uncompressed"] == approx(0.016)  # 16000 B
+    assert first["records_s"] == approx(400.0)
+    assert first["t_s"] == 0.0
+    # [1001, 1002) holds one record whose uncompressed size is unknown: null, not 0
+    assert w1[("t1", 1001.0)]["uncompressed_bytes"] is None
+    assert w1[("t1", 1002.0)]["t_s"] == 2.0
+    assert w1[("t2", 1000.0)]["records"] == 50
+    w2 = by(jobs.flow_windows(flow, 2.0).collect(), "topic", "window_start")
+    # 2 s windows: [1000, 1002) holds 600 records, 6000 B -> 300 rec/s, 0.003 MB/s
+    assert w2[("t1", 1000.0)]["records_s"] == approx(300.0)
+    assert w2[("t1", 1000.0)]["mb_s_compressed"] == approx(0.003)
+    assert set(w2) == {("t1", 1000.0), ("t1", 1002.0), ("t2", 1000.0)}
+    with pytest.raises(ValueError):
+        jobs.flow_windows(flow, 0)
+
+
+def test_flow_totals_and_latency(records):
+    from shallowmirror.reports import jobs
+
+    t = by(jobs.flow_totals(jobs.flow_records(records)).collect(), "topic")
+    t1 = t["t1"]
+    # 1000 records, 10000 B between 1000.25 and 1002.25: span 2 s
+    assert (t1["records"], t1["compressed_bytes"], t1["batches"], t1["span_s"]) == (
+        1000, 10000, 5, 2.0)
+    assert t1["mb_s_compressed"] == approx(0.005)
+    assert t1["records_s"] == approx(500.0)
+    assert t1["uncompressed_bytes"] is None  # one record did not know it
+    # latency_ms 5 7 11 20 (ranks 0..3): p50 rank 1.5 = 9; p95 rank 2.85 = 11 + .85*9 = 18.65
+    assert (t1["latency_p50"], t1["latency_p95"], t1["latency_p99"]) == (
+        approx(9.0), approx(18.65), approx(19.73))
+    assert t1["latency_max"] == approx(25.0)  # from latency_ms_max
+    assert t1["final_offset_lag"] == 0  # lag of the latest record (1002.25)
+    assert t["t2"]["mb_s_compressed"] is None  # one record: no span to divide by
+
+
+def test_process_cpu_and_rss(records):
+    from shallowmirror.reports import jobs
+
+    proc = jobs.process_records(records)
+    series = jobs.process_series(proc).orderBy("time").collect()
+    # cumulative cpu 1.5, 2.25, 3.0 at t = 0, 1, 3: cores 0.75 / 1 s, then 0.75 / 2 s
+    assert [r.cpu_s for r in series] == approx([1.5, 2.25, 3.0])
+    assert [r.cpu_cores for r in series] == [None, approx(0.75), approx(0.375)]
+    assert [r.t_s for r in series] == [0.0, 1.0, 3.0]
+    summary = jobs.process_summary(proc)
+    s = summary.first()
+    assert (s.cpu_s, s.peak_rss_bytes, s.mean_cpu_cores) == (approx(1.5), 40_000_000,
+                                                             approx(0.5))
+    per_gb = jobs.engine_cpu_per_gb(summary, jobs.flow_records(records)).first()
+    # 1.5 CPU s over 10500 B (10000 B of t1 + 500 B of t2)
+    assert per_gb.cpu_s_per_gb_compressed == approx(1.5 / 10500e-9)
