@@ -1,0 +1,646 @@
+"""MirrorMaker 2 (``mm2.properties``) and MirrorMaker 1 (``--consumer.config`` ...) configuration.
+
+The result is a ``MirrorConfig``: the clusters and one ``FlowConfig`` per enabled flow, each with
+its resolved settings and its four client configs. Everything is checked before anything runs;
+every problem is reported at once (``ConfigError``); unknown keys warn with the closest known key.
+
+MM2 precedence, decided in one place (``resolve_flow``), highest first::
+
+    settings (topics, refresh..., engine keys)      source consumer (flow A->B)
+      A->B.<key>                                      A->B.consumer.<key>
+      A->B.consumer.<key> / A->B.producer.<key> (*)   A.consumer.<key>
+      A.consumer.<key> / B.producer.<key>       (*)   A.<key>
+      consumer.<key> / producer.<key>           (*)   consumer.<key>
+      <key>                                           <client key> at top level (bootstrap.servers,
+      built-in default                                  security.protocol, ssl.*, sasl.*, client.id)
+
+(*) only engine keys that are consumer keys (``group.id``, ``session.timeout.ms``, ``fetch.*`` ...)
+on the source side, or producer keys (``acks``, ``max.request.size`` ...) on the target side. The
+target producer and both admin clients resolve like the source consumer with ``producer.`` /
+``admin.``. Flows are off unless ``A->B.enabled = true`` (as in MM2).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shallowmirror.errors import ConfigError
+from shallowmirror.mirror.filters import (
+    CONFIG_PROPERTIES_EXCLUDE_DEFAULT,
+    TOPICS_EXCLUDE_DEFAULT,
+    ConfigPropertyFilter,
+    TopicFilter,
+    pattern_problem,
+)
+from shallowmirror.mirror.policy import (
+    DEFAULT_POLICY,
+    POLICY_NAMES,
+    DefaultReplicationPolicy,
+    make_policy,
+    should_replicate_topic,
+)
+from shallowmirror.settings import Setting, SettingsTable
+
+log = logging.getLogger(__name__)
+
+
+def _policy_problem(value: str) -> str | None:
+    if value.strip() in POLICY_NAMES:
+        return None
+    return (f"unknown class {value!r}; shallowmirror supports "
+            "org.apache.kafka.connect.mirror.DefaultReplicationPolicy and "
+            "org.apache.kafka.connect.mirror.IdentityReplicationPolicy")
+
+
+MIRROR_SETTINGS = SettingsTable(
+    title="Mirror process (mm2.properties keys)",
+    settings=[
+        Setting("clusters", "list", None, "Cluster aliases, comma-separated (required). Each "
+                "needs `<alias>.bootstrap.servers`; `<alias>.<client key>` configures every "
+                "client of that cluster, `<alias>.consumer.*`/`.producer.*`/`.admin.*` one kind.",
+                scope="process"),
+        Setting("enabled", "bool", False, "Set as `A->B.enabled = true` to run the flow from "
+                "cluster A to cluster B (off by default, as in MirrorMaker 2).", scope="flow"),
+        Setting("topics", "list", [".*"], "Topics to replicate: names and/or regexes, "
+                "comma-separated, each matching the whole name.", scope="flow",
+                validator=pattern_problem),
+        Setting("topics.exclude", "list", list(TOPICS_EXCLUDE_DEFAULT),
+                "Topics never to replicate (names and/or regexes). Internal topics (`__*`, "
+                "`*.internal`, `*-internal`) are never replicated whatever this says.",
+                scope="flow", validator=pattern_problem),
+        Setting("topics.blacklist", "list", None, "Deprecated name of `topics.exclude`.",
+                scope="flow", validator=pattern_problem),
+        Setting("config.properties.exclude", "list", list(CONFIG_PROPERTIES_EXCLUDE_DEFAULT),
+                "Topic config properties not copied to remote topics (names and/or regexes). "
+                "`compression.type` is never copied: remote topics get `producer`, otherwise "
+                "the target broker would recompress every batch.", scope="flow",
+                validator=pattern_problem),
+        Setting("config.properties.blacklist", "list", None,
+                "Deprecated name of `config.properties.exclude`.", scope="flow",
+                validator=pattern_problem),
+        Setting("replication.policy.class", "str", DEFAULT_POLICY,
+                "DefaultReplicationPolicy (remote topics `<source alias><separator><topic>`, "
+                "cycles detected) or IdentityReplicationPolicy (names unchanged, as MirrorMaker "
+                "1; cannot detect cycles).", scope="flow", validator=_policy_problem),
+        Setting("replication.policy.separator", "str", ".",
+                "Separator between source alias and topic in remote topic names.", scope="flow",
+                validator=lambda v: None if v else "must not be empty"),
+        Setting("heartbeats.replication.enabled", "bool", True,
+                "Replicate `heartbeats` topics (and their remote copies) even when `topics` "
+                "does not name them, as MM2 does.", scope="flow"),
+        Setting("sync.topic.configs.enabled", "bool", True,
+                "Copy source topic configs to remote topics at creation and whenever they "
+                "change (IncrementalAlterConfigs).", scope="flow"),
+        Setting("sync.topic.configs.interval.seconds", "float", 600.0,
+                "How often source topic configs are compared with remote ones.", scope="flow",
+                minimum=0.1),
+        Setting("refresh.topics.enabled", "bool", True,
+                "Look for new topics and partitions on the source periodically.", scope="flow"),
+        Setting("refresh.topics.interval.seconds", "float", 600.0,
+                "How often the source is checked for new topics and partitions.", scope="flow",
+                minimum=0.1),
+        Setting("replication.factor", "int", -1,
+                "Replication factor of created remote topics; -1 takes the target broker's "
+                "default (MM2's default is 2).", scope="flow", minimum=-1),
+        Setting("tasks.max", "int", 1,
+                "Engines run in this process for the flow; they share the flow's partitions "
+                "through the source consumer group. Run more processes with the same file to "
+                "scale out.", scope="flow", minimum=1),
+        Setting("use.raw.bytes", "bool", True,
+                "Shallow mirroring: forward compressed RecordBatches byte for byte. false "
+                "decompresses and recompresses (the deep path, also `--deep`).", scope="flow"),
+        Setting("abort.on.send.failure", "bool", False,
+                "Stop the whole process when a flow fails (MirrorMaker 1 semantics); otherwise "
+                "the flow is restarted with backoff and the others keep going.", scope="flow"),
+        Setting("status.interval.seconds", "float", 30.0,
+                "Period of the status line (per flow: MB/s, records/s, lag); 0 turns it off.",
+                scope="process", minimum=0),
+        Setting("prometheus.port", "int", None,
+                "Serve Prometheus metrics on this port (needs prometheus-client).",
+                scope="process", minimum=0),
+        Setting("metrics.file", "str", None,
+                "Append JSON-lines metrics events (flow and process records) to this file.",
+                scope="process"),
+    ],
+)
+
+#: Keys MM2 knows that shallowmirror accepts without acting on them (logged once, not warned
+#: about as unknown): mm2.properties files from MirrorMaker 2 keep working.
+MM2_IGNORED_KEYS = frozenset({
+    "groups", "groups.exclude", "groups.blacklist", "group.filter.class",
+    "emit.heartbeats.enabled", "emit.heartbeats.interval.seconds",
+    "emit.checkpoints.enabled", "emit.checkpoints.interval.seconds",
+    "sync.group.offsets.enabled", "sync.group.offsets.interval.seconds",
+    "refresh.groups.enabled", "refresh.groups.interval.seconds",
+    "sync.topic.acls.enabled", "sync.topic.acls.interval.seconds",
+    "offset-syncs.topic.location", "offset-syncs.topic.replication.factor",
+    "checkpoints.topic.replication.factor", "heartbeats.topic.replication.factor",
+    "offset.lag.max", "emit.offset-syncs.enabled", "admin.timeout.ms",
+    "consumer.poll.timeout.ms", "replication.policy.internal.topic.separator.enabled",
+    "dedicated.mode.enable.internal.rest", "exactly.once.source.support",
+    "topic.filter.class", "config.property.filter.class", "use.defaults.from",
+    "key.converter", "value.converter", "header.converter", "name", "connector.class",
+    "source.cluster.alias", "target.cluster.alias", "config.providers",
+})
+#: Connect worker settings MM2 accepts at top level; meaningless here.
+MM2_IGNORED_PREFIXES = ("offset.storage.", "config.storage.", "status.storage.", "task.",
+                        "worker.", "key.converter.", "value.converter.", "header.converter.",
+                        "config.providers.", "replication.policy.internal")
+
+#: Top-level keys that configure every client of every cluster (MM2's CLIENT_CONFIG_DEF).
+CLIENT_KEY_PREFIXES = ("bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.id",
+                       "client.dns.lookup", "socket.", "connections.max.idle.ms",
+                       "reconnect.backoff", "metadata.max.age.ms", "request.timeout.ms",
+                       "retry.backoff.ms", "send.buffer.bytes", "receive.buffer.bytes")
+
+#: Engine keys that are consumer settings (may come as `consumer.x`) and producer settings.
+CONSUMER_ENGINE_KEYS = frozenset({
+    "group.id", "session.timeout.ms", "heartbeat.interval.ms", "isolation.level",
+    "auto.offset.reset", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms",
+    "fetch.min.bytes", "metadata.max.age.ms", "partition.assignment",
+})
+PRODUCER_ENGINE_KEYS = frozenset({
+    "acks", "enable.idempotence", "max.in.flight.requests.per.connection", "max.request.size",
+    "buffer.memory", "request.timeout.ms", "retry.backoff.ms", "retry.backoff.max.ms",
+})
+CLIENT_ROLES = ("consumer.", "producer.", "admin.")
+
+_ALIAS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
+_FLOW_KEY_RE = re.compile(r"^(?P<source>[^\s]+?)->(?P<target>[^\s.]+)\.(?P<key>.+)$")
+
+
+def _engine_table():
+    """The engine's settings table, if the engine is installed (it is imported lazily so the
+    configuration layer stays usable on its own)."""
+    try:
+        from shallowmirror.engine.config import ENGINE_SETTINGS
+    except ImportError:  # pragma: no cover - the engine ships with the package
+        return None
+    return ENGINE_SETTINGS
+
+
+def _engine_names() -> set[str]:
+    table = _engine_table()
+    # metrics.file is one file for the whole process: the mirror owns it, not each engine.
+    return set(table.names()) - {"metrics.file"} if table is not None else set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties files
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties`` syntax: ``key=value``, ``key: value`` or ``key value``; ``#``/``!``
+    comments; backslash line continuation; ``\\=``, ``\\:``, ``\\t``, ``\\n``, ``\\uXXXX``."""
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip() if pending else raw.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key, value = _split_property(line.strip())
+        props[_unescape(key)] = _unescape(value.strip())
+    return props
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=:" or ch.isspace():
+            key, rest = line[:i], line[i:].lstrip()
+            if ch.isspace() and rest[:1] in ("=", ":"):
+                rest = rest[1:]
+            elif not ch.isspace():
+                rest = line[i + 1:]
+            return key, rest.lstrip()
+        i += 1
+    return line, ""
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2:i + 6]):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Read a properties file; a missing or unreadable file is a ``ConfigError``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from err
+    return parse_properties(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolved configuration
+
+
+@dataclass
+class FlowConfig:
+    """One replication flow, source alias -> target alias, fully resolved."""
+
+    source: str
+    target: str
+    settings: dict[str, Any]
+    engine_settings: dict[str, Any]
+    source_consumer: dict[str, str]
+    target_producer: dict[str, str]
+    source_admin: dict[str, str]
+    target_admin: dict[str, str]
+    policy: DefaultReplicationPolicy = field(init=False)
+    topic_filter: TopicFilter = field(init=False)
+    config_filter: ConfigPropertyFilter = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.policy = make_policy(s["replication.policy.class"], s["replication.policy.separator"],
+                                  source_alias=self.source)
+        exclude = s["topics.blacklist"] if s.get("topics.blacklist") is not None \
+            else s["topics.exclude"]
+        self.topic_filter = TopicFilter(tuple(s["topics"]), tuple(exclude))
+        props_exclude = s["config.properties.blacklist"] \
+            if s.get("config.properties.blacklist") is not None \
+            else s["config.properties.exclude"]
+        self.config_filter = ConfigPropertyFilter(tuple(props_exclude))
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}->{self.target}"
+
+    @property
+    def shallow(self) -> bool:
+        return bool(self.settings["use.raw.bytes"])
+
+    def remote_topic(self, topic: str) -> str:
+        return self.policy.format_remote_topic(self.source, topic)
+
+    def should_replicate(self, topic: str) -> bool:
+        return should_replicate_topic(
+            self.policy, topic, self.target, self.topic_filter,
+            heartbeats_replication=self.settings["heartbeats.replication.enabled"])
+
+
+@dataclass
+class MirrorConfig:
+    """Clusters, enabled flows and process-wide settings."""
+
+    clusters: list[str]
+    flows: list[FlowConfig]
+    process: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def only_targets(self, targets: Iterable[str]) -> MirrorConfig:
+        """Keep flows into these clusters (MM2's ``--clusters``)."""
+        wanted = set(targets)
+        unknown = sorted(wanted - set(self.clusters))
+        if unknown:
+            raise ConfigError([f"--clusters: unknown cluster alias {a!r} (clusters: "
+                               f"{', '.join(self.clusters)})" for a in unknown])
+        return MirrorConfig(self.clusters, [f for f in self.flows if f.target in wanted],
+                            self.process, self.warnings)
+
+
+def _strip(props: Mapping[str, str], prefix: str) -> dict[str, str]:
+    n = len(prefix)
+    return {k[n:]: v for k, v in props.items() if k.startswith(prefix) and len(k) > n}
+
+
+def _is_client_key(key: str) -> bool:
+    return key.startswith(CLIENT_KEY_PREFIXES)
+
+
+def _non_role(props: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in props.items() if not k.startswith(CLIENT_ROLES)}
+
+
+def client_config(props: Mapping[str, str], alias: str, role: str,
+                  flow: str | None = None) -> dict[str, str]:
+    """The config of one client (``role`` = consumer/producer/admin) of cluster ``alias``,
+    MM2 precedence: flow role keys > cluster role keys > cluster keys > top-level role keys >
+    top-level client keys."""
+    top = {k: v for k, v in props.items() if _is_client_key(k)}
+    cluster = _strip(props, f"{alias}.")
+    merged: dict[str, str] = {}
+    merged.update(top)
+    merged.update(_strip(props, f"{role}."))
+    merged.update(_non_role(cluster))
+    merged.update(_strip(cluster, f"{role}."))
+    if flow is not None:
+        merged.update(_strip(props, f"{flow}.{role}."))
+    return merged
+
+
+def _split_scopes(props: Mapping[str, str], clusters: list[str]) -> tuple[
+        dict[str, str], dict[str, dict[str, str]], dict[tuple[str, str], dict[str, str]]]:
+    """Top-level keys, ``<alias>.*`` keys per alias, ``<a>-><b>.*`` keys per flow."""
+    top: dict[str, str] = {}
+    per_cluster: dict[str, dict[str, str]] = {a: {} for a in clusters}
+    per_flow: dict[tuple[str, str], dict[str, str]] = {}
+    by_length = sorted(clusters, key=len, reverse=True)
+    for key, value in props.items():
+        m = _FLOW_KEY_RE.match(key)
+        if m and key.index("->") < key.find("."):
+            per_flow.setdefault((m["source"], m["target"]), {})[m["key"]] = value
+            continue
+        alias = next((a for a in by_length if key.startswith(f"{a}.")), None)
+        if alias is not None:
+            per_cluster[alias][key[len(alias) + 1:]] = value
+        else:
+            top[key] = value
+    return top, per_cluster, per_flow
+
+
+def _settings_raw(top: Mapping[str, str], flow_keys: Mapping[str, str],
+                  source_consumer: Mapping[str, str], target_producer: Mapping[str, str],
+                  names: set[str]) -> dict[str, str]:
+    """Raw values of mirror/engine settings for one flow, lowest precedence first."""
+    raw: dict[str, str] = {k: v for k, v in top.items() if k in names}
+    raw.update({k: v for k, v in source_consumer.items() if k in CONSUMER_ENGINE_KEYS})
+    raw.update({k: v for k, v in target_producer.items() if k in PRODUCER_ENGINE_KEYS})
+    raw.update({k: v for k, v in _non_role(flow_keys).items() if k in names})
+    return raw
+
+
+def _known_names() -> list[str]:
+    return MIRROR_SETTINGS.names() + sorted(_engine_names()) + sorted(MM2_IGNORED_KEYS)
+
+
+def _closest(key: str) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(key, _known_names(), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _check_top_level_key(key: str, clusters: list[str], warnings: list[str],
+                         ignored: set[str]) -> None:
+    if key in MIRROR_SETTINGS or key in _engine_names() or _is_client_key(key):
+        return
+    if key.startswith(CLIENT_ROLES):
+        return  # consumer.* / producer.* / admin.* apply to every cluster
+    if key in MM2_IGNORED_KEYS or key.startswith(MM2_IGNORED_PREFIXES):
+        ignored.add(key)
+        return
+    head = key.split(".", 1)[0]
+    if key.endswith(".bootstrap.servers") and head not in clusters:
+        warnings.append(f"{key}: cluster alias {head!r} is not listed in clusters "
+                        f"({', '.join(clusters)}); the key is ignored")
+        return
+    hint = _closest(key)
+    warnings.append(f"unknown configuration key {key!r}"
+                    + (f"; did you mean {hint!r}?" if hint else ""))
+
+
+def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
+                overrides: Mapping[str, Any] | None = None) -> MirrorConfig:
+    """Turn mm2.properties into a ``MirrorConfig``, reporting every problem at once.
+
+    ``deep`` forces ``use.raw.bytes=false`` on every flow; ``overrides`` (from CLI options)
+    replace top-level keys."""
+    props = {k.strip(): str(v) for k, v in props.items()}
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            props[key] = str(value)
+    problems: list[str] = []
+    warnings: list[str] = []
+    ignored: set[str] = set()
+
+    clusters_raw = props.get("clusters", "")
+    clusters = [c.strip() for c in clusters_raw.split(",") if c.strip()]
+    if not clusters:
+        problems.append("clusters: required, e.g. `clusters = A, B` with A.bootstrap.servers "
+                        "and B.bootstrap.servers")
+    for alias in clusters:
+        if not _ALIAS_RE.match(alias):
+            problems.append(f"clusters: alias {alias!r} may hold only letters, digits, '_' and "
+                            "'-'")
+    duplicates = sorted({a for a in clusters if clusters.count(a) > 1})
+    if duplicates:
+        problems.append(f"clusters: alias listed twice: {', '.join(duplicates)}")
+
+    top, per_cluster, per_flow = _split_scopes(props, clusters)
+    for key in top:
+        _check_top_level_key(key, clusters, warnings, ignored)
+
+    # Flows: every `X->Y.*` key must name known aliases; enabled flows are the ones to run.
+    enabled: list[tuple[str, str]] = []
+    for (source, target), keys in sorted(per_flow.items()):
+        flow = f"{source}->{target}"
+        unknown = [a for a in (source, target) if a not in clusters]
+        for alias in unknown:
+            problems.append(f"{flow}: unknown cluster alias {alias!r} (clusters: "
+                            f"{', '.join(clusters) or 'none'})")
+        if source == target:
+            problems.append(f"{flow}: a flow needs two different clusters")
+        if unknown or source == target:
+            continue
+        try:
+            on = MIRROR_SETTINGS["enabled"].parse(keys.get("enabled", "false"))
+        except ValueError as err:
+            problems.append(f"{flow}.enabled: {err}")
+            continue
+        if on:
+            enabled.append((source, target))
+    if clusters and not enabled and not problems:
+        example = f"{clusters[0]}->{clusters[1]}" if len(clusters) > 1 else "A->B"
+        problems.append(f"no replication flow is enabled: add e.g. `{example}.enabled = true`")
+
+    names = set(MIRROR_SETTINGS.names()) | _engine_names()
+    engine_names = _engine_names()
+    flows: list[FlowConfig] = []
+    for source, target in enabled:
+        flow = f"{source}->{target}"
+        flow_keys = per_flow[(source, target)]
+        for key in _non_role(flow_keys):
+            if key not in names and key not in MM2_IGNORED_KEYS and not _is_client_key(key) \
+                    and not key.startswith(("source.", "target.")):
+                hint = _closest(key)
+                warnings.append(f"unknown configuration key {flow}.{key!r}"
+                                + (f"; did you mean {flow}.{hint}?" if hint else ""))
+        clients = {
+            "source_consumer": client_config(props, source, "consumer", flow),
+            "target_producer": client_config(props, target, "producer", flow),
+            "source_admin": client_config(props, source, "admin", flow),
+            "target_admin": client_config(props, target, "admin", flow),
+        }
+        for alias, side in ((source, "source_consumer"), (target, "target_producer")):
+            if not clients[side].get("bootstrap.servers", "").strip():
+                msg = (f"cluster {alias!r} has no bootstrap servers: set "
+                       f"{alias}.bootstrap.servers (needed by flow {flow})")
+                if msg not in problems:
+                    problems.append(msg)
+        for scope, keys in (("", top), (f"{flow}.", flow_keys)):
+            for new, old in (("topics.exclude", "topics.blacklist"),
+                             ("config.properties.exclude", "config.properties.blacklist")):
+                if new in keys and old in keys:
+                    problems.append(f"{scope}{new} and {scope}{old} (its deprecated name) are "
+                                    "both set: keep only "
+                                    f"{scope}{new}")
+        raw = _settings_raw(top, flow_keys, clients["source_consumer"],
+                            clients["target_producer"], names)
+        if deep:
+            raw["use.raw.bytes"] = "false"
+        mirror_raw = {k: v for k, v in raw.items() if k in MIRROR_SETTINGS}
+        engine_raw = {k: v for k, v in raw.items() if k in engine_names}
+        try:
+            settings = MIRROR_SETTINGS.resolve(mirror_raw, context=flow, warn_unknown=False)
+        except ConfigError as err:
+            problems.extend(p for p in err.problems if p not in problems)
+            continue
+        engine_raw.setdefault("group.id", f"shallowmirror-{source}-{target}")
+        try:
+            from shallowmirror.engine.config import resolve_settings
+            resolve_settings(engine_raw, context=flow)
+        except ImportError:  # pragma: no cover
+            pass
+        except ConfigError as err:
+            problems.extend(p for p in err.problems if p not in problems)
+            continue
+        flows.append(FlowConfig(source, target, settings, engine_raw, **clients))
+
+    identity_flows = [f for f in flows if not f.policy.detects_cycles]
+    pairs = {(f.source, f.target) for f in identity_flows}
+    for f in identity_flows:
+        if (f.target, f.source) in pairs and f.source < f.target:
+            warnings.append(
+                f"flows {f.source}->{f.target} and {f.target}->{f.source} both use "
+                "IdentityReplicationPolicy, which cannot detect cycles: give them disjoint "
+                "`topics` or records will loop between the clusters")
+
+    try:
+        process = MIRROR_SETTINGS.resolve(
+            {k: v for k, v in top.items() if k in MIRROR_SETTINGS
+             and MIRROR_SETTINGS[k].scope == "process"}, warn_unknown=False)
+    except ConfigError as err:
+        problems.extend(p for p in err.problems if p not in problems)
+        process = {}
+    if problems:
+        raise ConfigError(problems)
+    for warning in warnings:
+        log.warning("%s", warning)
+    if ignored:
+        log.info("MirrorMaker 2 keys accepted but not implemented by shallowmirror (ignored): "
+                 "%s", ", ".join(sorted(ignored)))
+    return MirrorConfig(clusters, flows, process, warnings)
+
+
+def load_mm2(path: str | Path, **kwargs: Any) -> MirrorConfig:
+    """``resolve_mm2`` of a properties file."""
+    return resolve_mm2(load_properties(path), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# MirrorMaker 1
+
+
+def mm1_include_regex(include: str) -> str:
+    """MirrorMaker 1's --include/--whitelist: commas mean '|', spaces and quotes dropped."""
+    text = include.strip().strip("\"'").replace(" ", "")
+    return text.replace(",", "|")
+
+
+def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, str], *,
+                include: str | None, whitelist: str | None = None, num_streams: int = 1,
+                offset_commit_interval_ms: int | None = None,
+                abort_on_send_failure: bool = True, deep: bool = False,
+                consumer_config_path: str = "--consumer.config",
+                producer_config_path: str = "--producer.config") -> MirrorConfig:
+    """MirrorMaker 1 flags as an equivalent MM2 configuration: clusters ``source`` and
+    ``target``, one flow, identity topic names, no topic config sync (MM1 has none)."""
+    problems: list[str] = []
+    if include and whitelist:
+        problems.append("--include and --whitelist (its old name) are both given: keep only "
+                        "--include")
+    pattern = include or whitelist
+    if not pattern:
+        problems.append("--include is required (a regex of topics to mirror, e.g. '.*')")
+    else:
+        try:
+            re.compile(mm1_include_regex(pattern))
+        except re.error as err:
+            problems.append(f"--include: bad regex {pattern!r}: {err}")
+    if num_streams < 1:
+        problems.append(f"--num.streams must be at least 1, got {num_streams}")
+    for path, props in ((consumer_config_path, consumer_props),
+                        (producer_config_path, producer_props)):
+        if not str(props.get("bootstrap.servers", "")).strip():
+            problems.append(f"{path}: bootstrap.servers is required")
+    if problems:
+        raise ConfigError(problems)
+    props: dict[str, str] = {
+        "clusters": "source, target",
+        "source->target.enabled": "true",
+        "source->target.topics": mm1_include_regex(pattern or ".*"),
+        # MM1 mirrors whatever the regex names; only Kafka's own topics stay behind.
+        "source->target.topics.exclude": r"__.*",
+        "replication.policy.class": "IdentityReplicationPolicy",
+        "sync.topic.configs.enabled": "false",
+        "tasks.max": str(num_streams),
+        "abort.on.send.failure": str(abort_on_send_failure).lower(),
+        # MM1's regex subscription sees new topics at the consumer's metadata refresh.
+        "refresh.topics.interval.seconds": str(
+            int(consumer_props.get("metadata.max.age.ms", 300000)) / 1000.0),
+    }
+    props.update({f"source.consumer.{k}": str(v) for k, v in consumer_props.items()})
+    props.update({f"target.producer.{k}": str(v) for k, v in producer_props.items()})
+    props["source.bootstrap.servers"] = str(consumer_props["bootstrap.servers"])
+    props["target.bootstrap.servers"] = str(producer_props["bootstrap.servers"])
+    if offset_commit_interval_ms is not None:
+        props["offset.commit.interval.ms"] = str(offset_commit_interval_ms)
+    if "group.id" not in consumer_props:
+        log.warning("%s has no group.id; using shallowmirror-source-target",
+                    consumer_config_path)
+    return resolve_mm2(props, deep=deep)
+
+
+def config_reference_markdown() -> str:
+    """The configuration reference (mirror keys, then engine keys) as Markdown, for README."""
+    parts = [MIRROR_SETTINGS.markdown(), "",
+             "Client keys: `<alias>.<key>` (all clients of a cluster), "
+             "`<alias>.consumer.<key>`, `<alias>.producer.<key>`, `<alias>.admin.<key>`, and "
+             "per flow `A->B.consumer.<key>` / `A->B.producer.<key>`; top-level "
+             "`bootstrap.servers`, `security.protocol`, `ssl.*`, `sasl.*` apply to every "
+             "cluster. Any mirror or engine key may be set per flow as `A->B.<key>`.", "",
+             "MirrorMaker 2 keys accepted and ignored (not implemented): "
+             + ", ".join(f"`{k}`" for k in sorted(MM2_IGNORED_KEYS)) + ".", ""]
+    table = _engine_table()
+    if table is not None:
+        parts.append(table.markdown())
+    return "\n".join(parts)

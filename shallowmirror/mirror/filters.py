@@ -1,0 +1,91 @@
+"""Topic and topic-config filters, as MirrorMaker 2's DefaultTopicFilter and
+DefaultConfigPropertyFilter: comma-separated lists of names and/or regexes, each matched against
+the *whole* name (Java ``Matcher.matches``), joined with ``|``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+#: DefaultTopicFilter.TOPICS_EXCLUDE_DEFAULT (Kafka 3.x).
+TOPICS_EXCLUDE_DEFAULT = [r".*[\-\.]internal", r".*\.replica", r"__.*"]
+
+#: DefaultConfigPropertyFilter.CONFIG_PROPERTIES_EXCLUDE_DEFAULT: cluster-local operational
+#: settings that must not follow the data to another cluster.
+CONFIG_PROPERTIES_EXCLUDE_DEFAULT = [
+    r"follower\.replication\.throttled\.replicas",
+    r"leader\.replication\.throttled\.replicas",
+    r"message\.timestamp\.difference\.max\.ms",
+    r"message\.timestamp\.type",
+    r"unclean\.leader\.election\.enable",
+    r"min\.insync\.replicas",
+]
+
+#: Never copied whatever the filter says: the mirror sets it itself (``producer``), because any
+#: other value makes the target broker decompress and recompress every forwarded batch.
+FORCED_TOPIC_CONFIGS = {"compression.type": "producer"}
+
+
+def compile_pattern_list(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    """MirrorUtils.compilePatternList: ``a, b.*`` -> one regex; None for an empty list.
+
+    Raises ``re.error`` naming the bad entry."""
+    items = [p.strip() for p in patterns if p and p.strip()]
+    if not items:
+        return None
+    for item in items:
+        try:
+            re.compile(item)
+        except re.error as err:
+            raise re.error(f"bad regex {item!r}: {err}") from err
+    return re.compile("|".join(f"(?:{item})" for item in items))
+
+
+def pattern_problem(patterns: Sequence[str]) -> str | None:
+    """Settings validator: None if every entry compiles, else what is wrong."""
+    try:
+        compile_pattern_list(patterns)
+    except re.error as err:
+        return str(err)
+    return None
+
+
+def _matches(pattern: re.Pattern[str] | None, name: str) -> bool:
+    return pattern is not None and pattern.fullmatch(name) is not None
+
+
+@dataclass(frozen=True)
+class TopicFilter:
+    """Replicate topics matching ``topics`` and not matching ``topics.exclude``."""
+
+    include: tuple[str, ...] = (".*",)
+    exclude: tuple[str, ...] = tuple(TOPICS_EXCLUDE_DEFAULT)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_include", compile_pattern_list(self.include))
+        object.__setattr__(self, "_exclude", compile_pattern_list(self.exclude))
+
+    def should_replicate_topic(self, topic: str) -> bool:
+        return _matches(self._include, topic) and not _matches(self._exclude, topic)
+
+
+@dataclass(frozen=True)
+class ConfigPropertyFilter:
+    """Replicate topic config properties not matching ``config.properties.exclude``."""
+
+    exclude: tuple[str, ...] = tuple(CONFIG_PROPERTIES_EXCLUDE_DEFAULT)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_exclude", compile_pattern_list(self.exclude))
+
+    def should_replicate_config_property(self, name: str) -> bool:
+        return name not in FORCED_TOPIC_CONFIGS and not _matches(self._exclude, name)
+
+    def target_configs(self, source_configs: dict[str, str]) -> dict[str, str]:
+        """What the remote topic should carry: the filtered source configs plus forced ones."""
+        kept = {k: v for k, v in source_configs.items()
+                if self.should_replicate_config_property(k)}
+        kept.update(FORCED_TOPIC_CONFIGS)
+        return kept

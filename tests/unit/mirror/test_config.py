@@ -1,0 +1,171 @@
+"""mm2.properties / MirrorMaker 1 parsing: precedence, validation, warnings."""
+
+import logging
+
+import pytest
+
+from shallowmirror.errors import ConfigError
+from shallowmirror.mirror.config import (
+    config_reference_markdown,
+    mm1_include_regex,
+    parse_properties,
+    resolve_mm1,
+    resolve_mm2,
+)
+
+BASE = {"clusters": "A, B", "A.bootstrap.servers": "a:9092", "B.bootstrap.servers": "b:9092",
+        "A->B.enabled": "true"}
+
+
+def flows(props, **kw):
+    return {f.name: f for f in resolve_mm2(props, **kw).flows}
+
+
+def test_properties_syntax():
+    text = ("# comment\n! also comment\nclusters = A, B\nA.bootstrap.servers: a:1\n"
+            "topics orders,\\\n    payments\nkey\\=with\\:escapes = v\\u0041\n  \nempty=\n")
+    assert parse_properties(text) == {
+        "clusters": "A, B", "A.bootstrap.servers": "a:1", "topics": "orders,payments",
+        "key=with:escapes": "vA", "empty": ""}
+
+
+def test_flows_are_off_unless_enabled():
+    f = flows({**BASE, "B->A.enabled": "false"})
+    assert list(f) == ["A->B"]
+
+
+def test_precedence_flow_over_cluster_over_top_level():
+    props = {**BASE, "B->A.enabled": "true",
+             "topics": "top", "A->B.topics": "flow",
+             "security.protocol": "PLAINTEXT", "A.security.protocol": "SSL",
+             "consumer.fetch.min.bytes": "10", "A.consumer.fetch.min.bytes": "20",
+             "A->B.consumer.fetch.min.bytes": "30",
+             "session.timeout.ms": "7000", "A.consumer.session.timeout.ms": "8000",
+             "B.producer.acks": "1"}
+    f = flows(props)
+    ab, ba = f["A->B"], f["B->A"]
+    assert ab.settings["topics"] == ["flow"] and ba.settings["topics"] == ["top"]
+    assert ab.source_consumer["security.protocol"] == "SSL"
+    assert ab.target_producer["security.protocol"] == "PLAINTEXT"
+    assert ab.engine_settings["fetch.min.bytes"] == "30"        # flow consumer key
+    assert ba.engine_settings["fetch.min.bytes"] == "10"        # top-level consumer key (B)
+    assert ab.engine_settings["session.timeout.ms"] == "8000"   # cluster consumer key
+    assert ba.engine_settings["session.timeout.ms"] == "7000"   # top-level key
+    assert ab.engine_settings["acks"] == "1" and "acks" not in ba.engine_settings
+    props["A->B.session.timeout.ms"] = "9000"                   # flow key beats all
+    assert flows(props)["A->B"].engine_settings["session.timeout.ms"] == "9000"
+
+
+def test_policy_separator_and_identity():
+    f = flows({**BASE, "replication.policy.separator": "_"})["A->B"]
+    assert f.remote_topic("orders") == "A_orders"
+    f = flows({**BASE, "replication.policy.class":
+               "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"})["A->B"]
+    assert f.remote_topic("orders") == "orders"
+
+
+def test_blacklist_is_an_alias_of_exclude():
+    f = flows({**BASE, "topics.blacklist": "secret.*"})["A->B"]
+    assert not f.should_replicate("secret-1") and f.should_replicate("orders")
+
+
+def test_deep_flag_overrides_use_raw_bytes():
+    assert flows(BASE)["A->B"].shallow
+    assert not flows(BASE, deep=True)["A->B"].shallow
+    assert not flows({**BASE, "A->B.use.raw.bytes": "false"})["A->B"].shallow
+
+
+def test_default_group_id_names_the_flow():
+    assert flows(BASE)["A->B"].engine_settings["group.id"] == "shallowmirror-A-B"
+
+
+@pytest.mark.parametrize("props,message", [
+    ({"clusters": "A, B", "A.bootstrap.servers": "a:1", "A->B.enabled": "true"},
+     "cluster 'B' has no bootstrap servers: set B.bootstrap.servers"),
+    ({**BASE, "A->C.enabled": "true"}, "A->C: unknown cluster alias 'C'"),
+    ({**BASE, "topics": "ord[ers"}, "topics (A->B): bad regex 'ord[ers'"),
+    ({**BASE, "topics.exclude": "x", "topics.blacklist": "y"},
+     "topics.exclude and topics.blacklist (its deprecated name) are both set"),
+    ({**BASE, "A->B.enabled": "false"}, "no replication flow is enabled"),
+    ({"A.bootstrap.servers": "a:1"}, "clusters: required"),
+    ({**BASE, "replication.policy.class": "com.example.Mine"}, "unknown class"),
+    ({**BASE, "refresh.topics.interval.seconds": "soon"}, "refresh.topics.interval.seconds"),
+    ({**BASE, "A->A.enabled": "true"}, "A->A: a flow needs two different clusters"),
+])
+def test_bad_configuration_is_named(props, message):
+    with pytest.raises(ConfigError) as info:
+        resolve_mm2(props)
+    assert message in str(info.value)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        resolve_mm2({"clusters": "A, B", "A->B.enabled": "true", "topics": "(",
+                     "A->C.enabled": "true"})
+    text = str(info.value)
+    assert "A->C: unknown cluster alias 'C'" in text
+    assert "set A.bootstrap.servers" in text and "set B.bootstrap.servers" in text
+    assert "bad regex" in text
+
+
+def test_unknown_key_warns_with_closest_known_key(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = resolve_mm2({**BASE, "topicz": "x", "A->B.refresh.topic.enabled": "false",
+                           "C.bootstrap.servers": "c:1"})
+    text = "\n".join(cfg.warnings)
+    assert "unknown configuration key 'topicz'; did you mean 'topics'?" in text
+    assert "did you mean A->B.refresh.topics.enabled?" in text
+    assert "cluster alias 'C' is not listed in clusters" in text
+    assert "did you mean 'topics'" in caplog.text
+
+
+def test_known_mm2_keys_are_not_warned_about():
+    cfg = resolve_mm2({**BASE, "emit.heartbeats.enabled": "false", "groups": ".*",
+                       "offset.storage.replication.factor": "1",
+                       "A->B.emit.checkpoints.enabled": "false"})
+    assert cfg.warnings == []
+
+
+def test_identity_bidirectional_warns_about_loops():
+    cfg = resolve_mm2({**BASE, "B->A.enabled": "true",
+                       "replication.policy.class": "IdentityReplicationPolicy"})
+    assert any("cannot detect cycles" in w for w in cfg.warnings)
+
+
+def test_only_targets():
+    cfg = resolve_mm2({**BASE, "B->A.enabled": "true"})
+    assert [f.name for f in cfg.only_targets(["A"]).flows] == ["B->A"]
+    with pytest.raises(ConfigError, match="unknown cluster alias 'Z'"):
+        cfg.only_targets(["Z"])
+
+
+def test_mm1_flags_become_one_identity_flow():
+    cfg = resolve_mm1({"bootstrap.servers": "a:1", "group.id": "mm1",
+                       "key.deserializer": "org.apache.kafka.x"},
+                      {"bootstrap.servers": "b:1", "acks": "all"},
+                      include="orders, payments", num_streams=2,
+                      offset_commit_interval_ms=1000)
+    (flow,) = cfg.flows
+    assert flow.remote_topic("orders") == "orders"
+    assert flow.should_replicate("payments") and not flow.should_replicate("users")
+    assert flow.engine_settings["group.id"] == "mm1"
+    assert flow.engine_settings["offset.commit.interval.ms"] == "1000"
+    assert flow.settings["tasks.max"] == 2
+    assert flow.settings["abort.on.send.failure"] is True
+    assert not flow.settings["sync.topic.configs.enabled"]
+    assert mm1_include_regex("'a, b.*'") == "a|b.*"
+
+
+def test_mm1_errors():
+    with pytest.raises(ConfigError) as info:
+        resolve_mm1({}, {"bootstrap.servers": "b:1"}, include="a", whitelist="b",
+                    num_streams=0)
+    text = str(info.value)
+    assert "--include and --whitelist" in text
+    assert "--num.streams must be at least 1" in text
+    assert "--consumer.config: bootstrap.servers is required" in text
+
+
+def test_reference_markdown_lists_mirror_and_engine_keys():
+    text = config_reference_markdown()
+    assert "| `topics.exclude` |" in text and "| `fetch.max.bytes` |" in text
