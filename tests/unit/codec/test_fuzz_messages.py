@@ -136,6 +136,19 @@ def test_produce_response_twins_agree(case):
     assert decode_produce(twin, *case) == decode_produce(NATIVE, *case)
 
 
+@needs_both
+def test_twins_agree_on_every_cut_of_every_seed():
+    """Deterministic companion to the fuzzing: each seed cut at every byte, and with one byte
+    appended, gives the same error (message and location) from both implementations."""
+    for seeds, name in ((FETCH_SEEDS, "decode_fetch_response"),
+                        (PRODUCE_SEEDS, "decode_produce_response")):
+        for version, frame in seeds[::3]:
+            for data in [frame[:cut] for cut in range(len(frame))] + [frame + b"\x00"]:
+                ours = outcome(getattr(twin, name), data, version)
+                theirs = outcome(getattr(NATIVE, name), data, version)
+                assert ours[0] == "corrupt" and ours == theirs
+
+
 def test_seeds_decode_cleanly():
     """The mutation seeds themselves are valid (else the fuzzing above proves little)."""
     for version, frame in FETCH_SEEDS:
