@@ -1,0 +1,66 @@
+"""confluent-kafka clients built from Kafka (Java) style configs.
+
+mm2.properties and MirrorMaker 1 config files carry Java client keys librdkafka does not know
+(``key.deserializer``, ``sasl.jaas.config``, ``partition.assignment.strategy`` class names ...).
+librdkafka refuses to start on an unknown key, so such keys are dropped with one warning each;
+engine-only keys never reach librdkafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaException
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Java client keys with no librdkafka meaning (or a different one): always dropped.
+JAVA_ONLY_KEYS = frozenset({
+    "key.deserializer", "value.deserializer", "key.serializer", "value.serializer",
+    "partition.assignment.strategy", "interceptor.classes", "sasl.jaas.config",
+    "sasl.login.callback.handler.class", "sasl.client.callback.handler.class",
+    "metric.reporters", "security.providers", "default.api.timeout.ms",
+    "auto.include.jmx.reporter", "buffer.memory", "max.block.ms", "exclude.internal.topics",
+    "allow.auto.create.topics", "ssl.truststore.type", "ssl.keystore.type",
+    "ssl.endpoint.identification.algorithm", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.keystore.location", "ssl.keystore.password",
+    "ssl.key.password", "ssl.protocol", "ssl.enabled.protocols",
+})
+_UNKNOWN_RE = re.compile(r'No such configuration property: "([^"]+)"')
+_warned: set[tuple[str, str]] = set()
+
+
+def build_client(factory: Callable[[dict[str, Any]], T], config: Mapping[str, Any], *,
+                 what: str) -> T:
+    """``factory(config)`` after dropping keys librdkafka rejects (each warned about once)."""
+    conf = {k: v for k, v in config.items() if k not in JAVA_ONLY_KEYS}
+    for key in sorted(set(config) - set(conf)):
+        _warn_once(key, what, "a Java client key librdkafka does not use")
+    for _ in range(len(conf) + 1):
+        try:
+            return factory(dict(conf))
+        except KafkaException as err:
+            match = _UNKNOWN_RE.search(str(err))
+            if not match or match.group(1) not in conf:
+                raise
+            conf.pop(match.group(1))
+            _warn_once(match.group(1), what, "unknown to librdkafka")
+    raise RuntimeError("unreachable")  # pragma: no cover
+
+
+def _warn_once(key: str, what: str, why: str) -> None:
+    if (key, what) not in _warned:
+        _warned.add((key, what))
+        log.warning("%s: ignoring client key %r (%s)", what, key, why)
+
+
+def admin_client(config: Mapping[str, Any], *, what: str):
+    """A confluent-kafka AdminClient."""
+    from confluent_kafka.admin import AdminClient
+
+    return build_client(AdminClient, config, what=what)

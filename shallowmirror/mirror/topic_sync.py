@@ -1,0 +1,284 @@
+"""Remote topics on the target: created, grown and configured like their source topics.
+
+For one flow, ``TopicSync.refresh()`` lists the source topics the flow replicates, creates each
+missing remote topic with the source's partition count and (filtered) configs plus
+``compression.type=producer``, adds partitions when the source grew, and returns the topics that
+are *ready*: their remote topic exists with at least the source's partitions. Only ready topics
+are handed to the engine, so the engine never produces into a topic the broker would auto-create
+with default settings.
+
+A topic whose partition count cannot be matched (the target refuses CreatePartitions, e.g. tansu)
+is reported once with a clear error and left out; the other topics keep going.
+
+``sync_configs()`` copies source config changes with IncrementalAlterConfigs (SET for new or
+changed values, DELETE for values this process set earlier that the source no longer has).
+
+Blocking confluent-kafka admin calls: the process runs them in a worker thread.
+Out of scope: ACL sync, topic deletion (a deleted source topic leaves its remote topic alone, as
+in MM2).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.mirror.config import FlowConfig
+from shallowmirror.mirror.filters import FORCED_TOPIC_CONFIGS
+
+log = logging.getLogger(__name__)
+
+#: Apache Kafka's DescribeConfigs lists every topic config (30+). A broker that answers with
+#: fewer lists only the configs that were set, labelled DEFAULT_CONFIG (tansu 0.6): there every
+#: entry counts as set.
+SPARSE_DESCRIBE_LIMIT = 15
+
+
+class ClusterUnreachableError(ShallowMirrorError):
+    """A cluster did not answer an admin request in time."""
+
+
+@dataclass
+class TopicState:
+    """What the sync knows about one replicated topic."""
+
+    source_topic: str
+    remote_topic: str
+    source_partitions: int
+    remote_partitions: int = 0
+    error: str | None = None
+    #: Config keys this process SET on the remote topic (candidates for DELETE later).
+    applied: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.error is None and self.remote_partitions >= self.source_partitions > 0
+
+
+def explicit_configs(entries: dict[str, Any]) -> dict[str, str]:
+    """The configs set on a topic (not defaults), from a DescribeConfigs answer."""
+    values = {name: e for name, e in entries.items()
+              if e.value is not None and not e.is_sensitive}
+    if len(entries) < SPARSE_DESCRIBE_LIMIT and all(
+            e.source == ConfigSource.DEFAULT_CONFIG.value for e in entries.values()):
+        return {name: e.value for name, e in values.items() if not e.is_read_only}
+    return {name: e.value for name, e in values.items()
+            if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+class TopicSync:
+    """Keeps one flow's remote topics in step with the source."""
+
+    def __init__(self, flow: FlowConfig, source_admin: Any, target_admin: Any, *,
+                 timeout_s: float = 15.0):
+        self.flow = flow
+        self.source_admin = source_admin
+        self.target_admin = target_admin
+        self.timeout_s = timeout_s
+        self.topics: dict[str, TopicState] = {}
+        self._reported: dict[str, str] = {}
+
+    # -- listing -----------------------------------------------------------------------------
+
+    def _list(self, admin: Any, alias: str) -> dict[str, int]:
+        """Topic -> partition count, via Metadata for all topics (which never auto-creates)."""
+        try:
+            md = admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as err:
+            raise ClusterUnreachableError(
+                f"cluster {alias} did not answer Metadata within {self.timeout_s:.0f}s: "
+                f"{err.args[0].str() if err.args else err}") from err
+        return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None
+                or t.error.code() == KafkaError.NO_ERROR}
+
+    def source_topics(self) -> dict[str, int]:
+        """Source topics this flow replicates -> partition count."""
+        listed = self._list(self.source_admin, self.flow.source)
+        return {t: n for t, n in listed.items() if self.flow.should_replicate(t)}
+
+    # -- refresh -----------------------------------------------------------------------------
+
+    def refresh(self) -> list[str]:
+        """Create/grow remote topics for every replicated source topic; the ready ones."""
+        wanted = self.source_topics()
+        remote = self._list(self.target_admin, self.flow.target)
+        claimed: dict[str, str] = {}
+        for topic, partitions in sorted(wanted.items()):
+            state = self.topics.get(topic)
+            if state is None:
+                state = self.topics[topic] = TopicState(
+                    topic, self.flow.remote_topic(topic), partitions)
+            state.source_partitions = partitions
+            other = claimed.setdefault(state.remote_topic, topic)
+            if other != topic:
+                self._fail(state, f"remote topic {state.remote_topic} on {self.flow.target} "
+                                  f"would receive both {other} and {topic}: change the "
+                                  "replication policy or the topic filters")
+                continue
+            state.remote_partitions = remote.get(state.remote_topic, 0)
+            try:
+                self._ensure(state)
+            except ClusterUnreachableError:
+                raise
+            except Exception as err:  # noqa: BLE001 - one topic's trouble must not stop others
+                self._fail(state, f"cannot prepare remote topic {state.remote_topic}: {err}")
+        for gone in set(self.topics) - set(wanted):
+            del self.topics[gone]
+        return sorted(t for t, s in self.topics.items() if s.ready)
+
+    def _ensure(self, state: TopicState) -> None:
+        if state.remote_partitions == 0:
+            self._create(state)
+        if state.remote_partitions < state.source_partitions:
+            self._add_partitions(state)
+        elif state.error is None and state.remote_partitions > state.source_partitions:
+            self._report(state.source_topic, logging.WARNING,
+                         f"remote topic {state.remote_topic} has {state.remote_partitions} "
+                         f"partitions, source {state.source_partitions}: partitions "
+                         f"{state.source_partitions}.. of the remote topic stay empty")
+        if state.ready and state.error is None:
+            self._reported.pop(state.source_topic, None)
+
+    def _create(self, state: TopicState) -> None:
+        configs = self._desired_configs(state.source_topic)
+        rf = int(self.flow.settings["replication.factor"])
+        for attempt_configs in (configs, dict(FORCED_TOPIC_CONFIGS)):
+            new = NewTopic(state.remote_topic, num_partitions=state.source_partitions,
+                           replication_factor=rf, config=attempt_configs)
+            future = self.target_admin.create_topics([new], request_timeout=self.timeout_s)[
+                state.remote_topic]
+            try:
+                future.result(timeout=self.timeout_s)
+            except KafkaException as err:
+                kerr = err.args[0]
+                if kerr.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    # Another mirror process created it first: take its partition count.
+                    state.remote_partitions = self._list(self.target_admin, self.flow.target).get(
+                        state.remote_topic, 0)
+                    return
+                if kerr.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST) \
+                        and attempt_configs != FORCED_TOPIC_CONFIGS:
+                    log.warning("flow %s: target refused configs %s for %s (%s); creating it "
+                                "with compression.type=producer only", self.flow.name,
+                                attempt_configs, state.remote_topic, kerr.str())
+                    continue
+                raise ShallowMirrorError(kerr.str()) from err
+            state.remote_partitions = state.source_partitions
+            state.applied = {k: v for k, v in attempt_configs.items()
+                             if k not in FORCED_TOPIC_CONFIGS}
+            log.info("flow %s: created %s on %s (%d partitions, configs %s)", self.flow.name,
+                     state.remote_topic, self.flow.target, state.source_partitions,
+                     attempt_configs)
+            return
+
+    def _add_partitions(self, state: TopicState) -> None:
+        future = self.target_admin.create_partitions(
+            [NewPartitions(state.remote_topic, state.source_partitions)],
+            request_timeout=self.timeout_s)[state.remote_topic]
+        try:
+            future.result(timeout=self.timeout_s)
+        except KafkaException as err:
+            self._fail(state, f"source topic {state.source_topic} has "
+                              f"{state.source_partitions} partitions but remote topic "
+                              f"{state.remote_topic} on {self.flow.target} has "
+                              f"{state.remote_partitions} and the target refused to add "
+                              f"partitions ({err.args[0].str()}); this topic is not mirrored "
+                              "until the partition counts match")
+            return
+        log.info("flow %s: %s grown to %d partitions", self.flow.name, state.remote_topic,
+                 state.source_partitions)
+        state.remote_partitions = state.source_partitions
+
+    def _fail(self, state: TopicState, message: str) -> None:
+        state.error = message
+        self._report(state.source_topic, logging.ERROR, f"flow {self.flow.name}: {message}")
+
+    def _report(self, topic: str, level: int, message: str) -> None:
+        """Log once per distinct message per topic (refresh runs forever)."""
+        if self._reported.get(topic) != message:
+            self._reported[topic] = message
+            log.log(level, "%s", message)
+
+    def errors(self) -> dict[str, str]:
+        """Topics left out and why."""
+        return {t: s.error for t, s in self.topics.items() if s.error}
+
+    def retry_failed(self) -> None:
+        """Clear errors so the next refresh tries again (partitions may have been added by
+        hand)."""
+        for state in self.topics.values():
+            state.error = None
+
+    # -- configs -----------------------------------------------------------------------------
+
+    def describe(self, admin: Any, topic: str) -> dict[str, Any]:
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        future = admin.describe_configs([resource], request_timeout=self.timeout_s)[resource]
+        return future.result(timeout=self.timeout_s)
+
+    def _desired_configs(self, source_topic: str) -> dict[str, str]:
+        if not self.flow.settings["sync.topic.configs.enabled"]:
+            return dict(FORCED_TOPIC_CONFIGS)
+        source = explicit_configs(self.describe(self.source_admin, source_topic))
+        return self.flow.config_filter.target_configs(source)
+
+    def sync_configs(self) -> int:
+        """Bring every ready remote topic's configs in line with its source; changes made."""
+        changed = 0
+        for state in list(self.topics.values()):
+            if not state.ready:
+                continue
+            try:
+                changed += self._sync_one(state)
+            except KafkaException as err:
+                self._report(state.source_topic, logging.WARNING,
+                             f"flow {self.flow.name}: config sync of {state.remote_topic} "
+                             f"failed: {err.args[0].str() if err.args else err}")
+        return changed
+
+    def _sync_one(self, state: TopicState) -> int:
+        desired = self._desired_configs(state.source_topic)
+        current = self.describe(self.target_admin, state.remote_topic)
+        ops: list[ConfigEntry] = []
+        for key, value in desired.items():
+            entry = current.get(key)
+            now = entry.value if entry is not None else None
+            if key in FORCED_TOPIC_CONFIGS and now is None:
+                continue  # a broker listing only set configs: absent means the default
+            if now != value:
+                ops.append(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
+        for key in set(state.applied) - set(desired):
+            ops.append(ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE))
+        if not ops:
+            return 0
+        resource = ConfigResource(ResourceType.TOPIC, state.remote_topic,
+                                  incremental_configs=ops)
+        future = self.target_admin.incremental_alter_configs(
+            [resource], request_timeout=self.timeout_s)[resource]
+        future.result(timeout=self.timeout_s)
+        for op in ops:
+            if op.incremental_operation == AlterConfigOpType.DELETE:
+                state.applied.pop(op.name, None)
+            elif op.name not in FORCED_TOPIC_CONFIGS:
+                state.applied[op.name] = op.value
+        if any(op.name in FORCED_TOPIC_CONFIGS for op in ops):
+            log.warning("flow %s: set compression.type=producer on %s (any other value makes "
+                        "the target broker recompress every mirrored batch)", self.flow.name,
+                        state.remote_topic)
+        log.info("flow %s: synced configs of %s: %s", self.flow.name, state.remote_topic,
+                 ", ".join(f"{op.name}={'(deleted)' if op.value is None else op.value}"
+                           for op in ops))
+        return len(ops)

@@ -1,0 +1,95 @@
+"""Remote topic creation, growth and config sync against real brokers (no engine involved)."""
+
+import uuid
+
+import pytest
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from shallowmirror.mirror.clients import admin_client
+from shallowmirror.mirror.config import resolve_mm2
+from shallowmirror.mirror.topic_sync import TopicSync, explicit_configs
+
+pytestmark = pytest.mark.integration
+
+
+def _flow(source, target, **extra):
+    props = {"clusters": "A, B", "A.bootstrap.servers": source.bootstrap,
+             "B.bootstrap.servers": target.bootstrap, "A->B.enabled": "true", **extra}
+    return resolve_mm2(props).flows[0]
+
+
+def _sync(source, target, **extra):
+    flow = _flow(source, target, **extra)
+    return TopicSync(flow, admin_client(flow.source_admin, what="A admin"),
+                     admin_client(flow.target_admin, what="B admin"))
+
+
+def _create(admin, name, partitions, config=None):
+    admin.create_topics([NewTopic(name, partitions, -1, config=config or {})])[name].result(15)
+
+
+def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
+        source_cluster, target_cluster):
+    prefix = f"ts{uuid.uuid4().hex[:6]}"
+    sync = _sync(source_cluster, target_cluster, topics=f"{prefix}.*")
+    _create(sync.source_admin, f"{prefix}-orders", 3,
+            {"retention.ms": "3600000", "min.insync.replicas": "1", "cleanup.policy": "delete",
+             "compression.type": "gzip"})
+    _create(sync.source_admin, f"{prefix}-skipped.internal", 1)
+
+    ready = sync.refresh()
+    assert ready == [f"{prefix}-orders"]
+    remote = f"A.{prefix}-orders"
+    md = sync.target_admin.list_topics(timeout=10)
+    assert len(md.topics[remote].partitions) == 3
+    assert f"A.{prefix}-skipped.internal" not in md.topics
+    configs = explicit_configs(sync.describe(sync.target_admin, remote))
+    assert configs["retention.ms"] == "3600000"
+    assert configs["compression.type"] == "producer"      # forced, never the source's gzip
+    assert "min.insync.replicas" not in configs            # MM2's property filter
+
+    # A config change on the source reaches the remote topic.
+    resource = ConfigResource(ResourceType.TOPIC, f"{prefix}-orders", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    sync.source_admin.incremental_alter_configs([resource])[resource].result(15)
+    assert sync.sync_configs() == 1
+    assert explicit_configs(sync.describe(sync.target_admin, remote))["retention.ms"] == "7200000"
+    assert sync.sync_configs() == 0                       # nothing left to change
+
+    # A new topic appears at the next refresh.
+    _create(sync.source_admin, f"{prefix}-payments", 2)
+    assert sync.refresh() == [f"{prefix}-orders", f"{prefix}-payments"]
+
+
+def test_partition_count_that_cannot_be_matched_is_a_clear_error_for_that_topic_only(
+        source_cluster, target_cluster):
+    prefix = f"tp{uuid.uuid4().hex[:6]}"
+    sync = _sync(source_cluster, target_cluster, topics=f"{prefix}.*")
+    _create(sync.source_admin, f"{prefix}-wide", 4)
+    _create(sync.source_admin, f"{prefix}-fine", 1)
+    _create(sync.target_admin, f"A.{prefix}-wide", 2)      # made by hand, too narrow
+    ready = sync.refresh()
+    assert ready == [f"{prefix}-fine"]
+    error = sync.errors()[f"{prefix}-wide"]
+    assert "has 4 partitions but remote topic" in error and "has 2" in error
+
+
+def test_identity_policy_keeps_names_and_forces_compression_on_existing_topics(
+        source_cluster, target_cluster):
+    name = f"ti{uuid.uuid4().hex[:6]}"
+    sync = _sync(source_cluster, target_cluster, topics=name,
+                 **{"replication.policy.class": "IdentityReplicationPolicy",
+                    "sync.topic.configs.enabled": "false"})
+    _create(sync.source_admin, name, 2, {"retention.ms": "1000000"})
+    _create(sync.target_admin, name, 2, {"compression.type": "gzip"})
+    assert sync.refresh() == [name]
+    sync.sync_configs()
+    configs = explicit_configs(sync.describe(sync.target_admin, name))
+    assert configs["compression.type"] == "producer"
+    assert "retention.ms" not in configs                  # sync off: configs not copied
