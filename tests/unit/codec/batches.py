@@ -124,16 +124,10 @@ def legacy_entry(magic: int, codec: str = "none", count: int = 1, *, base_offset
     compression = CODECS[codec]
     builder = LegacyRecordBatchBuilder(magic, compression, 1 << 20)
     for i in range(count):
-        builder.append(i, timestamp + i if magic else None,
+        builder.append(base_offset + i, timestamp + i if magic else None,
                        f"key-{i}".encode() if i % 2 else None, _value(i, 30))
     out = bytearray(builder.build())
     if compression:
         # As a broker stores it: the wrapper carries the offset of its last inner message.
         struct.pack_into(">q", out, 0, base_offset + count - 1)
-        return bytes(out)
-    pos = 0
-    while pos < len(out):                     # one entry per message: shift each offset
-        offset, length = struct.unpack_from(">qi", out, pos)
-        struct.pack_into(">q", out, pos, offset + base_offset)
-        pos += length + 12
     return bytes(out)
