@@ -1,0 +1,185 @@
+"""What flows through the engine: a fetched batch on its way to the target, and per-partition state.
+
+``FetchedBatch`` is what the low-level forwarder API hands to a program: the source location, the
+batch view (a slice of the fetch frame, never a copy) and, once routed, the target location and
+the header the producer side stamped. ``SourcePartition`` is the engine's state of one source
+partition (fetch position, offsets, high watermark, counters, the error that stopped it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shallowmirror.engine.budget import FrameLease
+from shallowmirror.engine.offsets import Entry, OffsetMap, PartitionOffsets
+from shallowmirror.engine.producer_identity import Stamp
+
+TP = tuple[str, int]
+
+
+class FetchedBatch:
+    """One source RecordBatch between fetch and target acknowledgement.
+
+    ``view`` aliases the fetch frame (or a rebuilt batch after a trim/repack/legacy conversion,
+    then ``rebuilt`` says which). ``source_base`` is the first forwarded offset and ``next_offset``
+    the source offset after the batch."""
+
+    __slots__ = (
+        "topic", "partition", "view", "lease", "entry", "fetched_at", "record_count", "size",
+        "compression", "source_base", "next_offset", "rebuilt", "target_topic",
+        "target_partition", "stamp", "header", "rest", "attempts", "done", "abandoned",
+        "_callbacks", "_future", "high_watermark", "enqueue_no",
+    )
+
+    def __init__(self, topic: str, partition: int, view: Any, *, lease: FrameLease | None,
+                 source_base: int, next_offset: int, rebuilt: str | None = None,
+                 high_watermark: int = -1) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.view = view
+        self.lease = lease
+        self.entry: Entry | None = None
+        self.fetched_at = time.monotonic()
+        self.record_count: int = view.record_count
+        self.size: int = view.size
+        self.compression: int = view.compression
+        self.source_base = source_base
+        self.next_offset = next_offset
+        self.rebuilt = rebuilt
+        self.high_watermark = high_watermark
+        self.target_topic: str | None = None
+        self.target_partition: int | None = None
+        self.stamp: Stamp | None = None
+        self.header: bytes | None = None
+        self.rest: memoryview | None = None
+        self.attempts = 0
+        self.enqueue_no = -1             # order of first enqueue: resend order
+        self.done = False
+        self.abandoned = False
+        self._callbacks: list[Callable[[FetchedBatch, int | None, BaseException | None], None]] = []
+        self._future: asyncio.Future | None = None
+
+    def __repr__(self) -> str:
+        return (f"FetchedBatch({self.topic}-{self.partition} @{self.source_base}"
+                f"..{self.next_offset}, {self.record_count} records, {self.size} bytes)")
+
+    @property
+    def last_offset(self) -> int:
+        return self.next_offset - 1
+
+    # ---- completion (used by the forwarder API) ----
+    def add_done_callback(self, fn: Callable[[FetchedBatch, int | None, BaseException | None],
+                                             None]) -> None:
+        """``fn(batch, target_base_offset, error)`` once the target acknowledged or it failed."""
+        self._callbacks.append(fn)
+
+    def future(self) -> asyncio.Future:
+        """An awaitable resolving to the target base offset (None if the target did not say)."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+        return self._future
+
+    def _finish(self, target_base: int | None, error: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self._future is not None and not self._future.done():
+            if error is None:
+                self._future.set_result(target_base)
+            else:
+                self._future.set_exception(error)
+        for fn in self._callbacks:
+            fn(self, target_base, error)
+        self.release()
+
+    def release(self) -> None:
+        """Give the fetch frame back to the budget (idempotent)."""
+        if self.lease is not None:
+            self.lease.drop()
+            self.lease = None
+        self.view = None
+        self.rest = None
+
+
+@dataclass
+class PartitionStats:
+    """What ``MirrorEngine.stats()`` reports per source partition."""
+
+    topic: str
+    partition: int
+    position: int
+    high_watermark: int
+    lag: int | None
+    records: int
+    batches: int
+    bytes: int
+    errors: int
+    error: str | None          # set when the partition is stopped
+
+
+@dataclass
+class EngineStats:
+    partitions: dict[TP, PartitionStats] = field(default_factory=dict)
+    budget_bytes_in_use: int = 0
+    budget_peak_bytes: int = 0
+    producer_id: int = -1
+    producer_epoch: int = -1
+    duplicates_acked_unknown_offset: int = 0
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions.values())
+
+    @property
+    def batches(self) -> int:
+        return sum(p.batches for p in self.partitions.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.partitions.values())
+
+    @property
+    def stopped(self) -> dict[TP, str]:
+        return {tp: p.error for tp, p in self.partitions.items() if p.error}
+
+
+class SourcePartition:
+    """The engine's state of one owned source partition."""
+
+    def __init__(self, topic: str, partition: int, position: int, offset_map: OffsetMap) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offsets = PartitionOffsets(position, offset_map=offset_map)
+        self.high_watermark = -1
+        self.leader: int | None = None
+        self.paused = False              # revoked or leader unknown: not fetched
+        self.error: str | None = None    # stopped: nothing forwarded, offset not advanced
+        self.skip_to_high_watermark = False   # auto.offset.reset=latest on tansu-safe terms
+        self.last_committed_sent = -1
+        self.records = 0
+        self.batches = 0
+        self.bytes = 0
+        self.errors = 0
+        self.in_flight: set[FetchedBatch] = set()
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+    @property
+    def fetch_position(self) -> int:
+        return self.offsets.end
+
+    @property
+    def fetchable(self) -> bool:
+        return not self.paused and self.error is None and self.leader is not None
+
+    def stats(self) -> PartitionStats:
+        committed = self.offsets.committed
+        lag = None if self.high_watermark < 0 else max(0, self.high_watermark - committed)
+        return PartitionStats(self.topic, self.partition, committed, self.high_watermark, lag,
+                              self.records, self.batches, self.bytes, self.errors, self.error)

@@ -1,0 +1,712 @@
+"""The engine core: owns the clusters, the partitions, the sources and sinks, and the bookkeeping
+that ties them together (acknowledgements -> offsets -> commits, errors -> stopped partitions).
+
+``MirrorEngine`` (routing every batch by a topic mapper) and ``BatchForwarder`` (a program decides
+per batch) are thin layers over this class: they differ only in ``deliver``.
+
+Lifecycle: ``run`` starts both clusters, gets the producer identity, joins the group; partitions
+arrive through ``Membership`` with their committed offsets (or auto.offset.reset); on revocation
+they are finished or abandoned and their positions committed; on stop, fetching stops, what is in
+flight is given ``request.timeout.ms`` to be acknowledged, the final positions are committed and
+everything is closed.
+
+Error policy (DESIGN.md "Errors"): retriable -> retry with backoff and log; a partition-level fault
+(corrupt or legacy source batch, a batch too large for the target, an unknown target partition,
+a non-retriable produce error) stops that one partition with an error naming cluster, topic,
+partition and offset, forwards nothing more from it and never advances its offset; authentication
+failures end ``run`` with the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.producer import InitProducerIdRequest
+
+from shallowmirror import codec
+from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
+from shallowmirror.engine.budget import ByteBudget
+from shallowmirror.engine.config import acks_value, resolve_settings
+from shallowmirror.engine.membership import Membership
+from shallowmirror.engine.metrics import (
+    FlowRecorder,
+    JsonLinesMetricsSink,
+    MetricsSink,
+    NullMetricsSink,
+    new_run_id,
+    process_record,
+)
+from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.producer_identity import ProducerIdentity
+from shallowmirror.engine.sink import Sink
+from shallowmirror.engine.source import Source
+from shallowmirror.errors import (
+    BrokerError,
+    ConnectionFailedError,
+    LocatedError,
+    ShallowMirrorError,
+    Where,
+    broker_error_info,
+)
+from shallowmirror.net import Cluster
+
+log = logging.getLogger(__name__)
+
+TopicsSpec = Sequence[str] | str | Callable[[str], bool]
+
+
+class MessageTooLargeError(LocatedError):
+    """A source batch larger than what the target accepts."""
+
+
+class Backoff:
+    """Exponential backoff with jitter between ``retry.backoff.ms`` and ``retry.backoff.max.ms``."""
+
+    def __init__(self, first_ms: int, max_ms: int) -> None:
+        self.first_ms, self.max_ms, self.attempts = first_ms, max_ms, 0
+
+    def next_s(self) -> float:
+        delay = min(self.max_ms, self.first_ms * (2 ** min(self.attempts, 20)))
+        self.attempts += 1
+        return delay * random.uniform(0.8, 1.2) / 1000
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+def topic_predicate(topics: TopicsSpec) -> tuple[Callable[[str], bool], list[str] | None]:
+    """(predicate, explicit list or None) for a list of names, a regex string, or a callable."""
+    if callable(topics):
+        return topics, None
+    if isinstance(topics, str):
+        pattern = re.compile(topics)
+        return (lambda name: pattern.fullmatch(name) is not None), None
+    names = list(topics)
+    wanted = set(names)
+    return (lambda name: name in wanted), names
+
+
+class EngineCore:
+    """Everything but the routing decision (see the module docstring)."""
+
+    def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
+                 topics: TopicsSpec, flow: str | None = None, source_alias: str = "source",
+                 target_alias: str = "target", settings: Mapping[str, Any] | None = None,
+                 metrics_sink: MetricsSink | None = None) -> None:
+        self.settings = resolve_settings(settings)
+        self.source_config = dict(source_config)
+        self.target_config = dict(target_config)
+        self.source_alias, self.target_alias = source_alias, target_alias
+        self.flow = flow or f"{source_alias}->{target_alias}"
+        self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
+        self.acks = acks_value(self.settings)
+        self.set_topics(topics)
+        self.budget = ByteBudget(self.settings["buffer.memory"])
+        self.identity = ProducerIdentity(idempotent=self.settings["enable.idempotence"],
+                                         init_call=self._init_producer_id,
+                                         fixed_producer_id=self.settings["producer.id"])
+        self.partitions: dict[TP, SourcePartition] = {}
+        self.offset_maps: dict[TP, OffsetMap] = {}
+        self.sources: dict[int, Source] = {}
+        self.sinks: dict[int, Sink] = {}
+        self.stopping = False
+        self.sinks_stopped = False
+        self.identity_resetting = False
+        self.duplicates_unknown_offset = 0
+        self._enqueue_no = 0
+        self._clear_lat = self.settings["log.append.time"] == "clear"
+        self._tasks: set[asyncio.Task] = set()
+        self._fatal: BaseException | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._moving_source: set[TP] = set()
+        self._moving_target: set[tuple[str, int]] = set()
+        self._unreachable_logged: dict[str, float] = {}
+        self.run_id = new_run_id()
+        if metrics_sink is None and self.settings["metrics.file"]:
+            metrics_sink = JsonLinesMetricsSink(self.settings["metrics.file"])
+            self._owns_sink = True
+        else:
+            self._owns_sink = False
+        self.metrics_sink: MetricsSink = metrics_sink or NullMetricsSink()
+        self.flow_recorder = FlowRecorder(
+            self.metrics_sink, run_id=self.run_id, flow=self.flow, source_cluster=source_alias,
+            target_cluster=target_alias, interval_s=self.settings["metrics.interval.ms"] / 1000)
+        self.source: Cluster | None = None
+        self.target: Cluster | None = None
+        self.membership: Membership | None = None
+        self._topics_subscribed: list[str] | None = None
+        self._assigned_all: list[TP] | None = None
+        self.ready = False
+
+    # ------------------------------------------------------------------ configuration
+    def set_topics(self, topics: TopicsSpec) -> None:
+        """Change the topic set (list, regex or predicate); picked up by the next discovery."""
+        self._topic_filter, self._topic_names = topic_predicate(topics)
+        self._topics_changed = True
+
+    def backoff(self) -> Backoff:
+        return Backoff(self.settings["retry.backoff.ms"], self.settings["retry.backoff.max.ms"])
+
+    def backoff_s(self, attempts: int) -> float:
+        b = self.backoff()
+        b.attempts = max(0, attempts - 1)
+        return b.next_s()
+
+    def next_enqueue_no(self) -> int:
+        self._enqueue_no += 1
+        return self._enqueue_no
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Mirror until ``stop`` is set (or a fatal error); commit on the way out."""
+        self._stop_event = stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.source = Cluster(self.source_config, self.source_alias)
+        self.target = Cluster(self.target_config, self.target_alias)
+        try:
+            await self.source.start()
+            await self.target.start()
+            await self.identity.init()
+            self.membership = Membership(
+                self.source_config, group_id=self.group_id,
+                mode=self.settings["partition.assignment"],
+                session_timeout_ms=self.settings["session.timeout.ms"],
+                heartbeat_interval_ms=self.settings["heartbeat.interval.ms"], loop=loop,
+                on_assigned=self._on_assigned, on_revoked=self._on_revoked,
+                source_alias=self.source_alias)
+            self.membership.start([])
+            for coro in (self._discovery_loop(), self._commit_loop(), self._metrics_loop()):
+                self._spawn(coro)
+            self.ready = True
+            waiter = asyncio.create_task(stop.wait())
+            fatal = asyncio.create_task(self._wait_fatal())
+            await asyncio.wait({waiter, fatal}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            fatal.cancel()
+        finally:
+            await self._shutdown()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _wait_fatal(self) -> None:
+        while self._fatal is None:
+            await asyncio.sleep(0.1)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None and self._fatal is None:
+                self._fatal = t.exception()
+                log.error("engine task failed: %s", t.exception(), exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    def fail(self, err: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = err
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        for source in self.sources.values():
+            source.wake.set()
+        deadline = time.monotonic() + self.settings["request.timeout.ms"] / 1000
+        while (any(s.pending_batches() for s in self.sinks.values())
+               and time.monotonic() < deadline and self._fatal is None):
+            await asyncio.sleep(0.02)
+        self.sinks_stopped = True
+        for sink in self.sinks.values():
+            sink.wake.set()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in [s.task for s in (*self.sources.values(), *self.sinks.values())] + list(
+                self._tasks):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        final = {tp: sp.offsets.committed for tp, sp in self.partitions.items()}
+        if self.membership is not None:
+            try:
+                await self.membership.close(final)
+            except Exception as err:  # noqa: BLE001 - logged; shutdown goes on
+                log.error("final commit to %s failed: %s", self.source_alias, err)
+        for sp in self.partitions.values():
+            for entry in sp.offsets.abandon_pending():
+                if isinstance(entry.payload, FetchedBatch):
+                    entry.payload.abandoned = True
+                    entry.payload.release()
+        self.flow_recorder.flush()
+        with contextlib.suppress(Exception):
+            self.metrics_sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
+        if self._owns_sink:
+            self.metrics_sink.close()
+        for cluster in (self.source, self.target):
+            if cluster is not None:
+                with contextlib.suppress(Exception):
+                    await cluster.close()
+
+    # ------------------------------------------------------------------ connections
+    async def source_connection(self, node_id: int):
+        assert self.source is not None
+        return await self.source.connection(node_id)
+
+    async def target_connection(self, node_id: int):
+        assert self.target is not None
+        return await self.target.connection(node_id)
+
+    def note_unreachable(self, alias: str, err: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._unreachable_logged.get(alias, 0) > 10:
+            self._unreachable_logged[alias] = now
+            log.warning("cluster %s unreachable or connection lost (%s); retrying with backoff",
+                        alias, err)
+        from shallowmirror.net import AuthenticationFailedError
+        if isinstance(err, AuthenticationFailedError):
+            self.fail(err)
+
+    async def _init_producer_id(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        assert self.target is not None
+        backoff = self.backoff()
+        while True:
+            conn = await self.target.any_connection()
+            version = conn.api_version(InitProducerIdRequest.API_KEY, (3, 5))
+            req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                        producer_id=-1, producer_epoch=-1, version=version)
+            resp = await conn.request(req)
+            if resp.error_code == 0:
+                return resp.producer_id, resp.producer_epoch
+            err = BrokerError(resp.error_code, Where(cluster=self.target_alias),
+                              "in InitProducerId")
+            if not err.retriable:
+                raise err
+            await asyncio.sleep(backoff.next_s())
+
+    async def maybe_refresh_source_metadata(self, force: bool = False) -> None:
+        assert self.source is not None
+        with contextlib.suppress(ConnectionFailedError):
+            await self.source.refresh_metadata(sorted({tp[0] for tp in self.partitions}))
+
+    # ------------------------------------------------------------------ discovery & ownership
+    async def _discovery_loop(self) -> None:
+        assert self.source is not None and self.membership is not None
+        interval = self.settings["metadata.max.age.ms"] / 1000
+        last = 0.0
+        while not self.stopping:
+            if self._topics_changed or time.monotonic() - last >= interval:
+                self._topics_changed = False
+                last = time.monotonic()
+                try:
+                    await self._discover()
+                except ConnectionFailedError as err:
+                    self.note_unreachable(self.source_alias, err)
+            await asyncio.sleep(0.2)
+
+    async def _discover(self) -> None:
+        assert self.source is not None and self.membership is not None
+        meta = await self.source.refresh_metadata(self._topic_names)
+        names = sorted(name for name, tm in meta.topics.items()
+                       if not tm.error_code and not tm.is_internal and not name.startswith("__")
+                       and self._topic_filter(name))
+        if self.membership.mode == "group":
+            if names != self._topics_subscribed:
+                self._topics_subscribed = names
+                self.membership.set_topics(names)
+        else:
+            wanted = sorted((t, p) for t in names for p in (self.source.partitions(t) or []))
+            if wanted != self._assigned_all:
+                self._assigned_all = wanted
+                self.membership.set_partitions(wanted)
+
+    async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:
+        assert self.source is not None
+        await self.source.refresh_metadata(sorted({t for t, _ in tps}))
+        for tp in tps:
+            position = committed.get(tp)
+            skip = False
+            if position is None:
+                reset = self.settings["auto.offset.reset"]
+                position = await self._list_offset(tp, -2 if reset == "earliest" else -1)
+                skip = reset == "latest"
+                log.info("%s: no committed offset under group %s; starting at %d "
+                         "(auto.offset.reset=%s)", self._where(tp), self.group_id, position, reset)
+            omap = self.offset_maps.setdefault(tp, OffsetMap())
+            sp = SourcePartition(tp[0], tp[1], position, omap)
+            sp.skip_to_high_watermark = skip
+            sp.last_committed_sent = position
+            self.partitions[tp] = sp
+            self._attach_source(sp)
+
+    async def _on_revoked(self, tps: list[TP], commit: bool) -> dict[TP, int]:
+        """Stop fetching ``tps``, give in-flight batches a chance to finish, abandon the rest."""
+        owned = [self.partitions[tp] for tp in tps if tp in self.partitions]
+        for sp in owned:
+            sp.paused = True
+            self._detach_source(sp)
+        deadline = time.monotonic() + (self.settings["request.timeout.ms"] / 1000 if commit
+                                       else 0)
+        while (any(sp.offsets.pending for sp in owned) and time.monotonic() < deadline
+               and not self.sinks_stopped):
+            await asyncio.sleep(0.02)
+        result = {}
+        for sp in owned:
+            abandoned = sp.offsets.abandon_pending()
+            for entry in abandoned:
+                if isinstance(entry.payload, FetchedBatch):
+                    entry.payload.abandoned = True
+            if abandoned:
+                log.warning("%s: %d batches abandoned on revocation; they may be mirrored "
+                            "again by the next owner", self._where(sp.tp), len(abandoned))
+            result[sp.tp] = sp.offsets.committed
+            self.partitions.pop(sp.tp, None)
+        return result
+
+    async def _list_offset(self, tp: TP, timestamp: int) -> int:
+        assert self.source is not None
+        backoff = self.backoff()
+        while True:
+            try:
+                conn = await self.source.leader_connection(*tp)
+                req = ListOffsetsRequest(
+                    replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+                        name=tp[0], partitions=[
+                            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                                partition_index=tp[1], current_leader_epoch=-1,
+                                timestamp=timestamp)])])
+                resp = await conn.request(req)
+                part = resp.topics[0].partitions[0]
+                if part.error_code == 0:
+                    return part.offset
+                err = BrokerError(part.error_code, self._where_obj(tp), "in ListOffsets")
+                if not (err.retriable or broker_error_info(part.error_code).invalid_metadata):
+                    raise err
+            except ConnectionFailedError as err:
+                self.note_unreachable(self.source_alias, err)
+            await asyncio.sleep(backoff.next_s())
+            await self.source.refresh_metadata([tp[0]])
+
+    def _attach_source(self, sp: SourcePartition) -> None:
+        assert self.source is not None
+        leader = self.source.leader(*sp.tp)
+        sp.leader = leader
+        if leader is None:
+            self.source_leader_moved(sp, "no leader")
+            return
+        source = self.sources.get(leader)
+        if source is None:
+            source = self.sources[leader] = Source(self, leader)
+            source.start()
+        source.add(sp)
+
+    def _detach_source(self, sp: SourcePartition) -> None:
+        for source in self.sources.values():
+            source.remove(sp.tp)
+
+    # ------------------------------------------------------------------ source events
+    def source_leader_moved(self, sp: SourcePartition, reason: str) -> None:
+        self._detach_source(sp)
+        sp.leader = None
+        if sp.tp in self._moving_source:
+            return
+        self._moving_source.add(sp.tp)
+        log.info("%s: %s; refreshing metadata", self._where(sp.tp), reason)
+        self._spawn(self._relocate_source(sp))
+
+    async def _relocate_source(self, sp: SourcePartition) -> None:
+        assert self.source is not None
+        backoff = self.backoff()
+        try:
+            while not self.stopping and self.partitions.get(sp.tp) is sp:
+                await asyncio.sleep(backoff.next_s())
+                with contextlib.suppress(ConnectionFailedError):
+                    await self.source.refresh_metadata([sp.topic])
+                if self.source.leader(*sp.tp) is not None:
+                    self._attach_source(sp)
+                    return
+        finally:
+            self._moving_source.discard(sp.tp)
+
+    def offset_out_of_range(self, sp: SourcePartition, high_watermark: int,
+                            log_start_offset: int) -> None:
+        self._detach_source(sp)
+        self._spawn(self._reset_out_of_range(sp))
+
+    async def _reset_out_of_range(self, sp: SourcePartition) -> None:
+        reset = self.settings["auto.offset.reset"]
+        old = sp.fetch_position
+        new = await self._list_offset(sp.tp, -2 if reset == "earliest" else -1)
+        if self.partitions.get(sp.tp) is not sp:
+            return
+        if new > old:
+            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; skipping %d..%d (%d offsets, "
+                        "auto.offset.reset=%s)", self._where(sp.tp, old), old, old, new - 1,
+                        new - old, reset)
+        else:
+            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; restarting at %d (auto.offset.reset=%s)",
+                        self._where(sp.tp, old), old, new, reset)
+        while new < sp.offsets.end and sp.offsets.pending:
+            await asyncio.sleep(0.05)
+        sp.offsets.reset(new)
+        sp.skip_to_high_watermark = reset == "latest"
+        self._attach_source(sp)
+
+    def skip_to(self, sp: SourcePartition, position: int, why: str) -> None:
+        if position > sp.fetch_position:
+            log.info("%s: skipping to %d (%s)", self._where(sp.tp), position, why)
+            sp.offsets.add_gap(position)
+
+    def stop_partition(self, sp: SourcePartition, err: BaseException) -> None:
+        """A partition-level fault: stop it, forward nothing more of it, keep its offset."""
+        if sp.error is not None:
+            return
+        sp.errors += 1
+        sp.error = str(err)
+        self._detach_source(sp)
+        for entry in sp.offsets.unacked():
+            if isinstance(entry.payload, FetchedBatch):
+                entry.payload.abandoned = True
+        sp.offsets.abandon_pending()
+        log.error("partition stopped, nothing more forwarded from it and its committed offset "
+                  "stays at %d: %s", sp.offsets.committed, err)
+
+    # ------------------------------------------------------------------ routing (subclasses)
+    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
+        raise NotImplementedError
+
+    def route(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
+        """Queue ``batch`` for ``target_topic``/``target_partition`` on the leader's sink."""
+        assert self.target is not None
+        batch.target_topic, batch.target_partition = target_topic, target_partition
+        leader = self.target.leader(target_topic, target_partition)
+        if leader is None:
+            self._spawn(self._route_later(batch))
+            return
+        self._sink(leader).enqueue(batch)
+
+    def _sink(self, node_id: int) -> Sink:
+        sink = self.sinks.get(node_id)
+        if sink is None:
+            sink = self.sinks[node_id] = Sink(self, node_id)
+            sink.start()
+        return sink
+
+    async def _route_later(self, batch: FetchedBatch) -> None:
+        assert self.target is not None
+        ttp = (batch.target_topic, batch.target_partition)
+        backoff = self.backoff()
+        for _attempt in range(20):
+            with contextlib.suppress(ConnectionFailedError):
+                await self.target.refresh_metadata([ttp[0]])
+            parts = self.target.partitions(ttp[0])
+            if parts is not None and ttp[1] not in parts:
+                break
+            leader = self.target.leader(*ttp)
+            if leader is not None:
+                self._sink(leader).enqueue(batch)
+                return
+            await asyncio.sleep(backoff.next_s())
+        parts = self.target.partitions(ttp[0])
+        what = (f"topic {ttp[0]} does not exist" if parts is None else
+                f"topic {ttp[0]} has {len(parts)} partitions, no partition {ttp[1]}")
+        self.batch_failed(batch, LocatedError(
+            f"cannot forward to cluster {self.target_alias}: {what}; create it with at least as "
+            f"many partitions as source topic {batch.topic} and compression.type=producer",
+            Where(cluster=self.target_alias, topic=ttp[0], partition=ttp[1])))
+
+    # ------------------------------------------------------------------ sink events
+    def stamp(self, batch: FetchedBatch) -> None:
+        """Stamp the producer identity into the batch header (once per identity generation)."""
+        if batch.stamp is not None and batch.stamp.generation == self.identity.generation:
+            return
+        assert batch.target_topic is not None and batch.target_partition is not None
+        stamp = self.identity.stamp(batch.target_topic, batch.target_partition,
+                                    batch.record_count)
+        batch.header, batch.rest = codec.rewrite_for_produce(
+            batch.view, producer_id=stamp.producer_id, producer_epoch=stamp.producer_epoch,
+            base_sequence=stamp.base_sequence, transactional=False,
+            clear_log_append_time=self._clear_lat)
+        batch.stamp = stamp
+
+    def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
+        sp = self.partitions.get((batch.topic, batch.partition))
+        if target_base is None:
+            self.duplicates_unknown_offset += 1
+            log.info("%s: target answered DUPLICATE_SEQUENCE_NUMBER: batch already written, "
+                     "its target offset is unknown (recorded as unknown in the offset map)",
+                     self._where((batch.topic, batch.partition), batch.source_base))
+        if (batch.abandoned or sp is None or batch.entry is None or batch.entry.acked
+                or sp.error is not None):
+            batch._finish(target_base, None)
+            return
+        sp.offsets.ack(batch.entry, target_base)
+        sp.records += batch.record_count
+        sp.batches += 1
+        sp.bytes += batch.size
+        lag = None if sp.high_watermark < 0 else max(0, sp.high_watermark - sp.offsets.committed)
+        self.flow_recorder.batch_acked(
+            batch.topic, batch.partition, batch.target_topic or batch.topic,
+            compression=batch.compression, records=batch.record_count,
+            compressed_bytes=batch.size,
+            latency_ms=(time.monotonic() - batch.fetched_at) * 1000, offset_lag=lag)
+        batch._finish(target_base, None)
+
+    def batch_dropped(self, batch: FetchedBatch) -> None:
+        """A program chose not to forward ``batch``: its offsets count as done, no map row."""
+        sp = self.partitions.get((batch.topic, batch.partition))
+        if sp is not None and batch.entry is not None and not batch.entry.acked \
+                and not batch.abandoned:
+            batch.entry.is_gap = True
+            sp.offsets.ack(batch.entry, None)
+        batch._finish(None, None)
+
+    def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
+        sp = self.partitions.get((batch.topic, batch.partition))
+        if sp is not None and not batch.abandoned:
+            if isinstance(err, LocatedError):
+                err = err.at(offset=batch.source_base)
+            self.stop_partition(sp, err)
+        batch._finish(None, err)
+
+    def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
+        self.batch_failed(batch, MessageTooLargeError(
+            f"source batch of {batch.size} bytes (source {self.source_alias} "
+            f"{batch.topic}-{batch.partition} offset {batch.source_base}) does not fit "
+            f"max.request.size={limit} for target {self.target_alias}: raise max.request.size "
+            f"and the target topic's max.message.bytes (broker message.max.bytes) above "
+            f"{batch.size}", Where(cluster=self.target_alias, topic=batch.target_topic,
+                                   partition=batch.target_partition)))
+
+    def batch_rejected_too_large(self, batch: FetchedBatch, error_name: str) -> None:
+        self.batch_failed(batch, MessageTooLargeError(
+            f"target {self.target_alias} rejected a {batch.size}-byte batch with {error_name} "
+            f"(source {batch.topic}-{batch.partition} offset {batch.source_base}): raise the "
+            f"target topic's max.message.bytes (or broker message.max.bytes) above {batch.size}",
+            Where(cluster=self.target_alias, topic=batch.target_topic,
+                  partition=batch.target_partition)))
+
+    def request_identity_reset(self, reason: str) -> None:
+        if self.identity_resetting:
+            return
+        self.identity_resetting = True
+        self._spawn(self._reset_identity(reason))
+
+    async def _reset_identity(self, reason: str) -> None:
+        while any(s.requests_in_flight for s in self.sinks.values()):
+            await asyncio.sleep(0.01)
+        await self.identity.reset(reason)
+        self.identity_resetting = False
+        for sink in self.sinks.values():
+            sink.wake.set()
+
+    def target_leader_maybe_moved(self, ttp: tuple[str, int]) -> None:
+        if ttp in self._moving_target or self.target is None:
+            return
+        self._moving_target.add(ttp)
+
+        async def refresh() -> None:
+            try:
+                assert self.target is not None
+                with contextlib.suppress(ConnectionFailedError):
+                    await self.target.refresh_metadata([ttp[0]])
+                for sink in list(self.sinks.values()):
+                    tq = sink.partitions.get(ttp)
+                    if tq is not None and tq.in_flight == 0 and not tq.failed:
+                        self.partition_requeued(sink, ttp)
+            finally:
+                self._moving_target.discard(ttp)
+
+        self._spawn(refresh())
+
+    def partition_requeued(self, sink: Sink, ttp: tuple[str, int]) -> None:
+        """A target partition has nothing in flight: move it if its leader changed."""
+        assert self.target is not None
+        leader = self.target.leader(*ttp)
+        if leader is None or leader == sink.node_id:
+            return
+        batches = sink.take_partition(ttp)
+        log.info("target %s %s-%d moved from broker %d to %d; %d batches follow",
+                 self.target_alias, ttp[0], ttp[1], sink.node_id, leader, len(batches))
+        new = self._sink(leader)
+        for batch in batches:
+            new.enqueue(batch)
+
+    # ------------------------------------------------------------------ commits & metrics
+    async def _commit_loop(self) -> None:
+        interval = self.settings["offset.commit.interval.ms"] / 1000
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            await self.commit_now()
+
+    async def commit_now(self) -> None:
+        """Commit every owned partition whose position moved since the last commit."""
+        if self.membership is None:
+            return
+        offsets = {tp: sp.offsets.committed for tp, sp in self.partitions.items()
+                   if sp.offsets.committed != sp.last_committed_sent}
+        if not offsets:
+            return
+        try:
+            await asyncio.wrap_future(self.membership.commit(offsets))
+        except Exception as err:  # noqa: BLE001 - retried next interval
+            log.warning("offset commit to %s failed (retried next interval): %s",
+                        self.source_alias, err)
+            return
+        for tp, offset in offsets.items():
+            sp = self.partitions.get(tp)
+            if sp is not None:
+                sp.last_committed_sent = offset
+
+    async def _metrics_loop(self) -> None:
+        interval = max(0.2, self.settings["metrics.interval.ms"] / 1000)
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            self.flow_recorder.maybe_flush()
+            if not isinstance(self.metrics_sink, NullMetricsSink):
+                self.metrics_sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
+
+    # ------------------------------------------------------------------ queries
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            partitions={tp: sp.stats() for tp, sp in sorted(self.partitions.items())},
+            budget_bytes_in_use=self.budget.in_use_bytes,
+            budget_peak_bytes=self.budget.peak_bytes, producer_id=self.identity.producer_id,
+            producer_epoch=self.identity.producer_epoch,
+            duplicates_acked_unknown_offset=self.duplicates_unknown_offset)
+
+    def offset_map(self, topic: str, partition: int) -> OffsetMap:
+        return self.offset_maps.setdefault((topic, partition), OffsetMap())
+
+    async def wait_caught_up(self, timeout_s: float) -> bool:
+        """True once every owned partition's committed position equals its high watermark
+        (stopped partitions excluded; at least one partition owned)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._fatal is not None:
+                raise self._fatal
+            live = [sp for sp in self.partitions.values() if sp.error is None]
+            if self.partitions and all(
+                    sp.high_watermark >= 0 and sp.offsets.committed >= sp.high_watermark
+                    for sp in live):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    def _where_obj(self, tp: TP, offset: int | None = None) -> Where:
+        return Where(cluster=self.source_alias, topic=tp[0], partition=tp[1], offset=offset)
+
+    def _where(self, tp: TP, offset: int | None = None) -> str:
+        return str(self._where_obj(tp, offset))
+
+
+__all__ = ["EngineCore", "MessageTooLargeError", "ShallowMirrorError", "TopicsSpec"]

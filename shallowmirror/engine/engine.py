@@ -1,0 +1,51 @@
+"""``MirrorEngine``: one flow source->target, every fetched batch routed by a topic mapper.
+
+Partition i of a source topic goes to partition i of ``topic_mapper(topic)`` on the target.
+Everything else (fetching, producing, offsets, membership, metrics) is ``EngineCore``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shallowmirror.engine.batch import FetchedBatch, SourcePartition
+from shallowmirror.engine.core import EngineCore, TopicsSpec
+from shallowmirror.engine.metrics import MetricsSink
+
+
+def identity_mapper(topic: str) -> str:
+    """Same topic name on the target."""
+    return topic
+
+
+def prefix_mapper(alias: str, separator: str = ".") -> Callable[[str], str]:
+    """MirrorMaker 2's default replication policy: ``<alias><separator><topic>`` ("A.orders")."""
+    prefix = f"{alias}{separator}"
+
+    def mapper(topic: str) -> str:
+        return prefix + topic
+
+    mapper.__name__ = f"prefix_mapper({alias!r})"
+    return mapper
+
+
+class MirrorEngine(EngineCore):
+    """Mirror ``topics`` from the source cluster to the target cluster, batch for batch."""
+
+    def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
+                 topics: TopicsSpec, topic_mapper: Callable[[str], str] = identity_mapper,
+                 flow: str | None = None, source_alias: str = "source",
+                 target_alias: str = "target", settings: Mapping[str, Any] | None = None,
+                 metrics_sink: MetricsSink | None = None) -> None:
+        super().__init__(source_config, target_config, topics=topics, flow=flow,
+                         source_alias=source_alias, target_alias=target_alias,
+                         settings=settings, metrics_sink=metrics_sink)
+        self.topic_mapper = topic_mapper
+        self._mapped: dict[str, str] = {}
+
+    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
+        target_topic = self._mapped.get(batch.topic)
+        if target_topic is None:
+            target_topic = self._mapped[batch.topic] = self.topic_mapper(batch.topic)
+        self.route(batch, target_topic, batch.partition)

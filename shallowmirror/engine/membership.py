@@ -1,0 +1,230 @@
+"""Partition ownership and committed source offsets, through a confluent-kafka Consumer that never
+fetches.
+
+The consumer joins ``group.id`` (``partition.assignment=group``) or assigns itself every partition
+(``all``); either way all its partitions are paused at once, so it only does membership,
+``committed()`` on assignment and ``commit()``. The engine fetches with its own raw Fetch loop.
+
+Threads: librdkafka's calls block, so the consumer lives in one thread running ``poll`` and a small
+command queue. Rebalance callbacks run in that thread and call into the engine's event loop:
+- on assign: the committed offsets are read, then ``on_assigned(partitions, offsets)`` runs on
+  the loop (offset ``None``: nothing committed, apply auto.offset.reset);
+- on revoke: ``on_revoked(partitions)`` runs on the loop and *blocks the rebalance* until the
+  engine stopped fetching those partitions, finished or abandoned what was in flight and returned
+  the final positions, which are committed before the partitions are released (no loss; at most
+  the abandoned in-flight batches are mirrored twice);
+- on lost (session expired): the same, without the commit (another member may own them already).
+
+Out of scope: fetching records with this consumer, cooperative rebalancing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+
+from shallowmirror.engine.config import client_keys
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+OnAssigned = Callable[[list[TP], dict[TP, int | None]], Awaitable[None]]
+OnRevoked = Callable[[list[TP], bool], Awaitable[dict[TP, int]]]
+
+_REVOKE_TIMEOUT_S = 60.0
+
+
+class Membership:
+    """Group membership and offset commits for one engine (see the module docstring)."""
+
+    def __init__(self, source_config: Mapping[str, Any], *, group_id: str, mode: str,
+                 session_timeout_ms: int, heartbeat_interval_ms: int,
+                 loop: asyncio.AbstractEventLoop, on_assigned: OnAssigned,
+                 on_revoked: OnRevoked, source_alias: str = "source") -> None:
+        assert mode in ("group", "all")
+        self.group_id = group_id
+        self.mode = mode
+        self.source_alias = source_alias
+        self._loop = loop
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        conf = client_keys(source_config)
+        conf.update({
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "session.timeout.ms": session_timeout_ms,
+            "heartbeat.interval.ms": min(heartbeat_interval_ms, session_timeout_ms // 3),
+            "partition.assignment.strategy": "roundrobin",
+            # Paused partitions fetch nothing; keep any pre-pause fetch tiny anyway.
+            "queued.max.messages.kbytes": 1024,
+            "fetch.message.max.bytes": 65536,
+            "client.id": f"{conf.get('client.id', 'shallowmirror')}-membership",
+            "error_cb": self._error_cb,
+        })
+        self._conf = conf
+        self._commands: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self.assigned: set[TP] = set()
+        self.last_error: str | None = None
+
+    # ---- engine side (event loop thread) ----
+    def start(self, topics: Sequence[str]) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"membership-{self.group_id}",
+                                        daemon=True)
+        self._thread.start()
+        self.set_topics(topics)
+
+    def set_topics(self, topics: Sequence[str]) -> None:
+        """Subscribe to these topics (group mode)."""
+        if self.mode == "group":
+            self._commands.put(("subscribe", list(topics)))
+
+    def set_partitions(self, partitions: Sequence[TP]) -> None:
+        """Own exactly these partitions (mode ``all``)."""
+        assert self.mode == "all"
+        self._commands.put(("assign", list(partitions)))
+
+    def commit(self, offsets: Mapping[TP, int]) -> concurrent.futures.Future:
+        """Commit positions (next offset to mirror) to the source cluster; done in the thread."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("commit", dict(offsets), future))
+        return future
+
+    async def close(self, final_offsets: Mapping[TP, int]) -> None:
+        """Commit the final positions, leave the group, stop the thread."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put(("close", dict(final_offsets), future))
+        await asyncio.wrap_future(future)
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
+
+    # ---- consumer thread ----
+    def _error_cb(self, err) -> None:
+        self.last_error = str(err)
+        log.warning("membership consumer (group %s, cluster %s): %s", self.group_id,
+                    self.source_alias, err)
+
+    def _run(self) -> None:
+        consumer = Consumer(self._conf)
+        try:
+            while True:
+                try:
+                    command = self._commands.get(timeout=0.05 if self.mode == "group" else 0.2)
+                except queue.Empty:
+                    command = None
+                if command is not None:
+                    if command[0] == "close":
+                        self._do_close(consumer, command[1], command[2])
+                        return
+                    self._do(consumer, command)
+                msg = consumer.poll(0.05 if self.mode == "group" else 0)
+                if msg is not None and msg.error() is not None:
+                    log.debug("membership consumer: %s", msg.error())
+        except Exception:       # keep the engine informed rather than dying silently
+            log.exception("membership thread of group %s failed", self.group_id)
+            raise
+
+    def _do(self, consumer: Consumer, command: tuple) -> None:
+        kind = command[0]
+        if kind == "subscribe":
+            if command[1]:
+                consumer.subscribe(command[1], on_assign=self._assign_cb,
+                                   on_revoke=self._revoke_cb, on_lost=self._lost_cb)
+            else:
+                consumer.unsubscribe()
+        elif kind == "assign":
+            wanted = set(command[1])
+            gone = sorted(self.assigned - wanted)
+            if gone:
+                offsets = self._call_engine(self._on_revoked(gone, True))
+                self._commit_now(consumer, offsets)
+            new = sorted(wanted - self.assigned)
+            consumer.assign([TopicPartition(t, p) for t, p in sorted(wanted)])
+            consumer.pause([TopicPartition(t, p) for t, p in sorted(wanted)])
+            self.assigned = wanted
+            if new:
+                self._announce(consumer, new)
+        elif kind == "commit":
+            future = command[2]
+            try:
+                self._commit_now(consumer, command[1])
+            except Exception as err:  # noqa: BLE001 - reported through the future
+                future.set_exception(err)
+            else:
+                future.set_result(None)
+
+    def _commit_now(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
+        owned = {tp: off for tp, off in offsets.items() if tp in self.assigned and off >= 0}
+        if not owned:
+            return
+        try:
+            consumer.commit(offsets=[TopicPartition(t, p, off) for (t, p), off in owned.items()],
+                            asynchronous=False)
+        except KafkaException as err:
+            raise RuntimeError(f"commit of {len(owned)} source offsets under group "
+                               f"{self.group_id} on cluster {self.source_alias} failed: {err}") from err
+
+    def _announce(self, consumer: Consumer, partitions: list[TP]) -> None:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=30)
+        offsets: dict[TP, int | None] = {}
+        for tp in committed:
+            offsets[(tp.topic, tp.partition)] = (None if tp.offset in (OFFSET_INVALID,) or
+                                                 tp.offset < 0 else tp.offset)
+        self._call_engine(self._on_assigned(partitions, offsets))
+
+    def _call_engine(self, coro: Awaitable) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        return future.result(_REVOKE_TIMEOUT_S)
+
+    def _assign_cb(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = sorted((tp.topic, tp.partition) for tp in partitions)
+        consumer.assign(partitions)
+        consumer.pause(partitions)
+        self.assigned = set(tps)
+        log.info("group %s assigned %d partitions: %s", self.group_id, len(tps), tps)
+        if tps and not self._closing:
+            self._announce(consumer, tps)
+
+    def _revoke_cb(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = sorted((tp.topic, tp.partition) for tp in partitions)
+        if tps and not self._closing:
+            offsets = self._call_engine(self._on_revoked(tps, True))
+            try:
+                self._commit_now(consumer, offsets)
+            except RuntimeError as err:
+                log.warning("%s", err)
+        log.info("group %s revoked %d partitions", self.group_id, len(tps))
+        self.assigned -= set(tps)
+
+    def _lost_cb(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = sorted((tp.topic, tp.partition) for tp in partitions)
+        if tps and not self._closing:
+            self._call_engine(self._on_revoked(tps, False))
+        log.warning("group %s lost %d partitions (session expired)", self.group_id, len(tps))
+        self.assigned -= set(tps)
+
+    def _do_close(self, consumer: Consumer, offsets: Mapping[TP, int],
+                  future: concurrent.futures.Future) -> None:
+        self._closing = True
+        error: BaseException | None = None
+        try:
+            self._commit_now(consumer, offsets)
+        except Exception as err:  # noqa: BLE001 - reported through the future
+            error = err
+        try:
+            consumer.close()
+        except Exception as err:  # noqa: BLE001
+            log.warning("closing the membership consumer: %s", err)
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(None)

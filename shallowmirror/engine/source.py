@@ -1,0 +1,261 @@
+"""A source: the fetch loop for the partitions one source broker leads (franz-go's ``source``).
+
+Each round sends one Fetch request for every fetchable partition of this leader, in an order that
+rotates between requests (tansu gives the whole ~5 MiB response budget to the first partition
+listed), decodes the frame with the codec, splits each partition's record set into batch views,
+filters them (control batches; aborted transactions under read_committed), rebuilds the rare batch
+that cannot go out as is (a mid-batch first fetch, compaction gaps, legacy magic), registers every
+kept batch with the partition's offset tracker and hands it to the engine.
+
+Memory: before each Fetch the loop waits for room in the byte budget; the frame is charged to the
+budget until its last batch is acknowledged (``FrameLease``). A trailing partial batch is simply
+fetched again next round from the last whole batch.
+
+Errors per partition: leader moved / unknown partition -> the engine refreshes metadata and moves
+the partition; OFFSET_OUT_OF_RANGE -> the engine applies auto.offset.reset; a corrupt batch or a
+legacy batch with ``legacy.format=fail`` stops *that* partition (nothing of it forwarded, offset
+not advanced) while the others go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer import FetchRequest
+
+from shallowmirror import codec
+from shallowmirror.codec import deep
+from shallowmirror.engine.batch import FetchedBatch, SourcePartition
+from shallowmirror.engine.budget import ByteBudget, FrameLease
+from shallowmirror.engine.packing import Rotation
+from shallowmirror.errors import (
+    BrokerError,
+    ConnectionFailedError,
+    CorruptDataError,
+    LocatedError,
+    UnsupportedFormatError,
+    Where,
+    broker_error_info,
+)
+
+if TYPE_CHECKING:
+    from shallowmirror.engine.core import EngineCore
+
+log = logging.getLogger(__name__)
+
+FETCH_API_KEY = 1
+FETCH_VERSIONS = (4, 12)
+OFFSET_OUT_OF_RANGE = 1
+
+
+class Source:
+    """Fetches for every partition led by one source broker."""
+
+    def __init__(self, core: EngineCore, node_id: int) -> None:
+        self.core = core
+        self.node_id = node_id
+        self.partitions: dict[tuple[str, int], SourcePartition] = {}
+        self.rotation: Rotation[tuple[str, int]] = Rotation()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.fetches = 0
+        settings = core.settings
+        self.max_wait_ms = settings["fetch.max.wait.ms"]
+        self.min_bytes = settings["fetch.min.bytes"]
+        self.max_bytes = settings["fetch.max.bytes"]
+        self.partition_max_bytes = settings["max.partition.fetch.bytes"]
+        self.read_committed = settings["isolation.level"] == "read_committed"
+        self.verify_crc = settings["crc.check"]
+        self.legacy_convert = settings["legacy.format"] == "convert"
+
+    @property
+    def budget(self) -> ByteBudget:
+        return self.core.budget
+
+    def add(self, sp: SourcePartition) -> None:
+        self.partitions[sp.tp] = sp
+        self.rotation.add(sp.tp)
+        self.wake.set()
+
+    def remove(self, tp: tuple[str, int]) -> None:
+        self.partitions.pop(tp, None)
+        self.rotation.remove(tp)
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"source-{self.node_id}")
+
+    async def _run(self) -> None:
+        backoff = self.core.backoff()
+        while not self.core.stopping:
+            ready = [tp for tp in self.rotation.next_order() if self.partitions[tp].fetchable]
+            if not ready:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            await self.budget.wait_room(self.max_bytes)
+            if self.core.stopping:
+                return
+            try:
+                await self._fetch_once(ready)
+                backoff.reset()
+            except ConnectionFailedError as err:
+                delay = backoff.next_s()
+                log.warning("%s; fetch from source broker %d retried in %.1fs",
+                            err, self.node_id, delay)
+                self.core.note_unreachable(self.core.source_alias, err)
+                await asyncio.sleep(delay)
+                await self.core.maybe_refresh_source_metadata(force=True)
+
+    def _request(self, version: int, ready: list[tuple[str, int]]) -> Any:
+        topics: dict[str, list] = {}
+        for tp in ready:
+            sp = self.partitions[tp]
+            topics.setdefault(tp[0], []).append(FetchRequest.FetchTopic.FetchPartition(
+                partition=tp[1], current_leader_epoch=-1, fetch_offset=sp.fetch_position,
+                log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+        req = FetchRequest[version](
+            replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes, isolation_level=1 if self.read_committed else 0,
+            session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[], rack_id="")
+        return req
+
+    async def _fetch_once(self, ready: list[tuple[str, int]]) -> None:
+        conn = await self.core.source_connection(self.node_id)
+        version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
+        asked = {tp: self.partitions[tp].fetch_position for tp in ready}
+        frame = await conn.request_frame(self._request(version, ready))
+        self.fetches += 1
+        if frame is None:
+            return
+        response = codec.decode_fetch_response(frame, version)
+        if response.error_code:
+            raise BrokerError(response.error_code, Where(cluster=self.core.source_alias),
+                              "in a Fetch response")
+        lease = FrameLease(self.budget, len(frame))
+        try:
+            for topic in response.topics:
+                for part in topic.partitions:
+                    tp = (topic.topic, part.partition)
+                    sp = self.partitions.get(tp)
+                    if sp is None or tp not in asked or sp.fetch_position != asked[tp]:
+                        continue        # revoked or moved while the fetch was out
+                    self._handle_partition(sp, part, lease)
+        finally:
+            lease.drop()
+
+    def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease) -> None:
+        if part.error_code:
+            info = broker_error_info(part.error_code)
+            if part.error_code == OFFSET_OUT_OF_RANGE:
+                self.core.offset_out_of_range(sp, part.high_watermark, part.log_start_offset)
+            elif info.invalid_metadata or info.retriable:
+                self.core.source_leader_moved(sp, info.name)
+            else:
+                self.core.stop_partition(sp, BrokerError(part.error_code, Where(
+                    cluster=self.core.source_alias, topic=sp.topic, partition=sp.partition,
+                    offset=sp.fetch_position), "in a Fetch response"))
+            return
+        if part.high_watermark >= 0:
+            sp.high_watermark = part.high_watermark
+        if sp.skip_to_high_watermark:
+            sp.skip_to_high_watermark = False
+            self.core.skip_to(sp, max(sp.high_watermark, sp.fetch_position),
+                              "auto.offset.reset=latest")
+            return
+        records = part.records
+        if records is None or len(records) == 0:
+            return
+        position = sp.fetch_position
+        where = Where(cluster=self.core.source_alias, topic=sp.topic, partition=sp.partition,
+                      offset=position)
+        try:
+            split = codec.split_batches(records, verify_crc=self.verify_crc, topic=sp.topic,
+                                        partition=sp.partition)
+            if not split.batches:
+                return
+            aborted = (list(part.aborted_transactions or []) if self.read_committed else None)
+            kept = codec.filter_batches(split.batches, fetch_offset=position,
+                                        aborted_transactions=aborted)
+            if self.read_committed and part.last_stable_offset >= 0:
+                kept = [b for b in kept if b.base_offset < part.last_stable_offset]
+            end = split.batches[-1].next_offset
+            if self.read_committed and part.last_stable_offset >= 0:
+                end = min(end, max(part.last_stable_offset, position))
+            batches = self._prepare(sp, kept, lease, where)
+        except LocatedError as err:
+            if isinstance(err, (CorruptDataError, UnsupportedFormatError)):
+                self.core.stop_partition(sp, err.at(cluster=self.core.source_alias,
+                                                    topic=sp.topic, partition=sp.partition))
+                return
+            raise
+        for batch in batches:
+            assert batch.source_base >= sp.fetch_position
+            batch.entry = sp.offsets.add_batch(batch.next_offset, batch.source_base,
+                                               batch.record_count, payload=batch)
+        sp.offsets.add_gap(end)
+        for batch in batches:
+            self.core.deliver(sp, batch)
+
+    def _prepare(self, sp: SourcePartition, kept: list, lease: FrameLease,
+                 where: Where) -> list[FetchedBatch]:
+        """Batch views ready to forward; the rare ones rebuilt through the deep path."""
+        out: list[FetchedBatch] = []
+        position = sp.fetch_position
+        hw = sp.high_watermark
+        for view in kept:
+            if view.is_legacy:
+                if not self.legacy_convert:
+                    raise UnsupportedFormatError(
+                        f"legacy message format (magic {view.magic}) cannot go into Produce "
+                        "v3+; set legacy.format=convert to convert it (deep path)",
+                        Where(cluster=self.core.source_alias, topic=sp.topic,
+                              partition=sp.partition, offset=view.base_offset))
+                if view.next_offset <= position:
+                    continue
+                for data in deep.convert_legacy([view]):
+                    out.extend(self._rebuilt(sp, data, position, "legacy", hw))
+                continue
+            if view.record_count == 0:
+                continue            # emptied by compaction: a gap
+            needs_trim = view.base_offset < position
+            needs_repack = view.record_count != view.last_offset_delta + 1
+            if needs_trim or needs_repack:
+                data = deep.trim_batch(view, position) if needs_trim else bytes(view.buffer)
+                if view.record_count != view.last_offset_delta + 1 or needs_repack:
+                    sub = codec.split_batches(data, verify_crc=False)
+                    if sub.batches and (sub.batches[0].record_count
+                                        != sub.batches[0].last_offset_delta + 1):
+                        data = deep.repack_batch(sub.batches[0])
+                out.extend(self._rebuilt(sp, data, position,
+                                         "trim" if needs_trim else "repack", hw,
+                                         next_offset=view.next_offset))
+                continue
+            lease.hold()
+            out.append(FetchedBatch(sp.topic, sp.partition, view, lease=lease,
+                                    source_base=view.base_offset, next_offset=view.next_offset,
+                                    high_watermark=hw))
+        return out
+
+    def _rebuilt(self, sp: SourcePartition, data: bytes, position: int, why: str, hw: int,
+                 next_offset: int | None = None) -> list[FetchedBatch]:
+        sub = codec.split_batches(data, verify_crc=False, topic=sp.topic, partition=sp.partition)
+        out = []
+        for view in sub.batches:
+            end = view.next_offset if next_offset is None else next_offset
+            if view.next_offset <= position:
+                continue
+            log.info("%s-%d: batch at offset %d rebuilt (%s) before forwarding", sp.topic,
+                     sp.partition, view.base_offset, why)
+            out.append(FetchedBatch(sp.topic, sp.partition, view, lease=None,
+                                    source_base=max(view.base_offset, position),
+                                    next_offset=max(end, view.next_offset), rebuilt=why,
+                                    high_watermark=hw))
+        return out
+
+
+Deliver = Callable[[SourcePartition, FetchedBatch], None]
