@@ -325,6 +325,17 @@ def _sendmsg_all(sock: socket.socket, buffers: Sequence[BufferLike]) -> list[Buf
     return list(buffers[index:])
 
 
+#: Appended to connection errors by phase: what a failure at that step usually means.
+_PHASE_HINTS = {
+    "tls": "during the TLS handshake; does {conn.address} speak TLS? "
+           "(security.protocol={settings.security_protocol})",
+    "api_versions": "before ApiVersions was answered; if the listener expects TLS or SASL, "
+                    "check security.protocol (now {settings.security_protocol})",
+    "sasl": "during SASL {settings.sasl_mechanism} authentication; does the listener accept "
+            "SASL {settings.sasl_mechanism}? (check sasl.mechanism)",
+}
+
+
 class BrokerConnection:
     """One TCP/TLS connection to one broker: connect, negotiate versions, pipeline requests."""
 
@@ -339,6 +350,8 @@ class BrokerConnection:
         self._sock: socket.socket | None = None
         self._correlation_id = 0
         self._closing = False
+        #: What connect() is doing, for error messages: tcp, tls, api_versions, sasl, ready.
+        self.phase = "new"
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "not connected"
@@ -365,6 +378,9 @@ class BrokerConnection:
               kind: type[ConnectionFailedError] = ConnectionFailedError) -> ConnectionFailedError:
         """A connection error naming cluster and broker; ``detail`` holds the bare reason."""
         node = f" (node {self.node_id})" if self.node_id >= 0 else ""
+        hint = _PHASE_HINTS.get(self.phase)
+        if hint:
+            reason = f"{reason} {hint.format(conn=self, settings=self.settings)}"
         err = kind(f"broker {self.address}{node}: {reason}", Where(cluster=self.settings.alias))
         err.detail = reason  # type: ignore[attr-defined]
         if cause is not None:
@@ -381,9 +397,12 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(timeout_s):
                 await self._open()
+                self.phase = "api_versions"
                 await self._negotiate_api_versions()
                 if self.settings.uses_sasl:
+                    self.phase = "sasl"
                     await self._authenticate()
+                self.phase = "ready"
         except TimeoutError as err:
             await self.close()
             raise self.error(f"no connection within {timeout_s:g}s "
@@ -412,6 +431,7 @@ class BrokerConnection:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         last_err: OSError | None = None
+        self.phase = "tcp"
         for family, type_, proto, _, address in infos:
             sock = socket.socket(family, type_, proto)
             sock.setblocking(False)
@@ -431,6 +451,8 @@ class BrokerConnection:
         settings = self.settings
         context = settings.ssl_context if settings.uses_ssl else None
         protocol = _FrameProtocol(self, loop, settings.receive_message_max_bytes)
+        if context is not None:
+            self.phase = "tls"
         try:
             await loop.create_connection(
                 lambda: protocol, sock=sock, ssl=context,
@@ -497,9 +519,13 @@ class BrokerConnection:
             try:
                 mechanism.receive(response.auth_bytes)
             except Exception as err:  # SCRAM raises on a bad server signature or nonce
+                said = bytes(response.auth_bytes or b"")
+                # RFC 5802: a server-final "e=..." names the failure (e.g. unknown-user).
+                detail = (said[2:].decode("utf-8", "replace") if said.startswith(b"e=")
+                          else f"{type(err).__name__}: {err}")
                 raise AuthenticationFailedError(
-                    f"broker {self.address}: SASL {mechanism_name} exchange failed: {err}",
-                    where) from err
+                    f"broker {self.address} rejected SASL {mechanism_name} login as "
+                    f"{settings.sasl_username!r}: {detail}", where) from err
         if not mechanism.is_authenticated():
             raise AuthenticationFailedError(
                 f"broker {self.address}: SASL {mechanism_name} login as "

@@ -1,0 +1,78 @@
+"""Client settings from Kafka-style keys: both naming traditions, every problem at once."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+
+from shallowmirror.errors import ConfigError
+from shallowmirror.net.config import client_settings, parse_jaas
+
+
+def test_plaintext_defaults():
+    s = client_settings({"bootstrap.servers": "a:9092, [::1]:9093,PLAINTEXT://b:1"}, "A")
+    assert s.bootstrap_servers == (("a", 9092), ("::1", 9093), ("b", 1))
+    assert s.security_protocol == "PLAINTEXT" and s.ssl_context is None
+    assert s.sasl_mechanism is None and not s.uses_sasl
+    assert s.reconnect_backoff_ms == 50 and s.reconnect_backoff_max_ms == 1000
+
+
+def test_sasl_credentials_from_librdkafka_keys():
+    s = client_settings({"bootstrap.servers": "h:1", "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "scram-sha-512", "sasl.username": "u",
+                         "sasl.password": "p"}, "A")
+    assert (s.sasl_mechanism, s.sasl_username, s.sasl_password) == ("SCRAM-SHA-512", "u", "p")
+
+
+def test_sasl_credentials_from_java_jaas_line():
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username="alice" password="pa\\"ss";')
+    assert parse_jaas(jaas) == {"username": "alice", "password": 'pa"ss'}
+    s = client_settings({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                         "sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas}, "A")
+    assert (s.sasl_username, s.sasl_password) == ("alice", 'pa"ss')
+    assert isinstance(s.ssl_context, ssl.SSLContext) and s.ssl_check_hostname
+
+
+def test_unsupported_mechanism_and_other_problems_reported_together():
+    with pytest.raises(ConfigError) as info:
+        client_settings({"bootstrap.servers": "nohost", "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "GSSAPI", "reconnect.backoff.ms": "500",
+                         "reconnect.backoff.max.ms": "100"}, "src")
+    problems = info.value.problems
+    assert any("sasl.mechanism" in p and "GSSAPI" in p and "not supported" in p
+               for p in problems)
+    assert any(p.startswith("bootstrap.servers (cluster src)") for p in problems)
+    assert any("reconnect.backoff.max.ms" in p for p in problems)
+
+
+def test_missing_credentials_and_wrong_login_module():
+    with pytest.raises(ConfigError) as info:
+        client_settings({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                         "sasl.mechanism": "SCRAM-SHA-256",
+                         "sasl.jaas.config": "org.apache.kafka.common.security.plain."
+                                             "PlainLoginModule required;"}, "A")
+    text = str(info.value)
+    assert "ScramLoginModule" in text and "sasl.username/sasl.password" in text
+
+
+def test_bad_security_protocol_and_jks_truststore():
+    with pytest.raises(ConfigError) as info:
+        client_settings({"bootstrap.servers": "h:1", "security.protocol": "TLS"}, "A")
+    assert "security.protocol" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        client_settings({"bootstrap.servers": "h:1", "security.protocol": "SSL",
+                         "ssl.truststore.location": "/nonexistent.jks",
+                         "ssl.truststore.type": "JKS"}, "A")
+    text = str(info.value)
+    assert "only PEM" in text and "/nonexistent.jks" in text
+
+
+def test_verification_switches():
+    s = client_settings({"bootstrap.servers": "h:1", "security.protocol": "SSL",
+                         "ssl.endpoint.identification.algorithm": ""}, "A")
+    assert not s.ssl_check_hostname and s.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    s = client_settings({"bootstrap.servers": "h:1", "security.protocol": "SSL",
+                         "enable.ssl.certificate.verification": "false"}, "A")
+    assert s.ssl_context.verify_mode == ssl.CERT_NONE
