@@ -1,0 +1,37 @@
+"""`shallowmirror report RESULTS... --out DIR`: Spark over metrics JSON lines -> HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="compute throughput/CPU/memory reports with Spark and render them as HTML",
+        description="Read benchmark results and engine metrics (JSON lines; directories are "
+        "searched for *.jsonl), compute throughput, CPU per GB, peak RSS, latency percentiles "
+        "and shallow/deep ratios with Spark, and write report.html, summary.json and CSVs.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="RESULTS", help="*.jsonl files or directories")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write the report to")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master URL (default: local[*]; e.g. spark://host:7077, yarn)")
+    p.add_argument("--window-s", type=float, default=1.0, metavar="N",
+                   help="width of the throughput-over-time windows in seconds (default: 1)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shallowmirror.errors import ShallowMirrorError
+    from shallowmirror.reports.report import run_report
+
+    try:
+        files = run_report(args.inputs, args.out, master=args.master, window_s=args.window_s)
+    except ShallowMirrorError as err:
+        print(f"shallowmirror report: {err}", file=sys.stderr)
+        return 1
+    print(f"report: {files.html.resolve()}")
+    print(f"summary: {files.summary_json.resolve()} and {len(files.csv)} CSV file(s) beside it")
+    return 0

@@ -1,0 +1,158 @@
+"""`run_report`: find the JSON-lines inputs, run the Spark jobs, write the HTML/CSV/JSON report.
+
+The jobs (``jobs.py``) build query plans; this module runs them, collects their (small) results
+into plain rows and hands them to ``html.py``. Inputs are files or directories; a directory
+contributes every ``*.jsonl`` file below it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.reports.html import ReportData, ReportFiles, Row, write_report
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def find_inputs(paths: Iterable[str | Path]) -> list[Path]:
+    """The JSON-lines files named by ``paths`` (files as given, directories searched for *.jsonl)."""
+    found: list[Path] = []
+    missing: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
+        elif path.is_file():
+            found.append(path)
+        else:
+            missing.append(str(path))
+    if missing:
+        raise ShallowMirrorError("report inputs not found: " + ", ".join(missing))
+    if not found:
+        raise ShallowMirrorError(
+            "no *.jsonl metrics files in " + ", ".join(str(p) for p in paths))
+    return found
+
+
+def _rows(df: DataFrame) -> list[Row]:
+    return [r.asDict(recursive=True) for r in df.collect()]
+
+
+def _first_ok_runs(runs: Sequence[Row]) -> set[str]:
+    """The run id of the lowest ok repeat per (workload, mode): the one plotted over time."""
+    first: dict[tuple[Any, Any], Row] = {}
+    for r in runs:
+        key = (r["workload_id"], r["mode"])
+        if r["ok"] and (key not in first or (r["repeat"] or 0) < (first[key]["repeat"] or 0)):
+            first[key] = r
+    return {r["run_id"] for r in first.values()}
+
+
+def _goals_without_data(goals: list[Row], summary: Sequence[Row]) -> list[Row]:
+    """Rows saying which goals could not be checked, and what runs they need."""
+    from shallowmirror.reports import jobs
+
+    if not summary:
+        return []
+    extra: list[Row] = []
+    checked = {(g["goal"], g["codec"]) for g in goals}
+    for codec, threshold in jobs.CPU_RATIO_GOALS.items():
+        if ("cpu_per_gb", codec) not in checked:
+            extra.append({"goal": "cpu_per_gb", "codec": codec, "threshold": threshold,
+                          "status": "NO DATA", "comparison": ">=",
+                          "note": f"needs ok shallow and deep-confluent runs of {codec}"})
+    needs = {
+        "shallow_rss_flat": (jobs.RSS_FLAT_MAX_RATIO, "<=",
+                             "needs ok shallow runs of one workload shape in 2+ codecs"),
+        "deep_rss_grows": (jobs.DEEP_RSS_MIN_CORRELATION, ">=",
+                           "needs ok deep-confluent runs of one workload shape in 2+ codecs"),
+        "fetch_only_throughput": (jobs.FETCH_ONLY_MIN_RATIO, ">=",
+                                  "needs ok shallow and fetch-only runs of one workload"),
+    }
+    for goal, (threshold, comparison, note) in needs.items():
+        if not any(g["goal"] == goal for g in goals):
+            extra.append({"goal": goal, "codec": None, "threshold": threshold,
+                          "status": "NO DATA", "comparison": comparison, "note": note})
+    return extra
+
+
+def compute(spark: SparkSession, inputs: Sequence[Path], window_s: float = 1.0) -> ReportData:
+    """Run every job over ``inputs`` and collect the results as plain rows."""
+    from shallowmirror.reports import jobs
+
+    records = jobs.read_records(spark, [str(p) for p in inputs]).cache()
+    try:
+        bad = jobs.malformed_count(records).first()
+        runs = jobs.bench_runs(records).cache()
+        flow = jobs.flow_records(records).cache()
+        process = jobs.process_records(records)
+        metrics = jobs.run_metrics(runs).cache()
+        summary = jobs.repeat_summary(metrics, runs).cache()
+        ratios = jobs.shallow_ratios(summary)
+        processes = jobs.process_summary(process).cache()
+
+        tables: dict[str, list[Row]] = {}
+        tables["bench_runs"] = _rows(metrics)
+        tables["bench_summary"] = _rows(summary)
+        tables["ratios"] = _rows(ratios)
+        goals = _rows(jobs.goals(summary, ratios)) if tables["bench_summary"] else []
+        tables["goals"] = goals + _goals_without_data(goals, tables["bench_summary"])
+        tables["run_latency"] = _rows(jobs.run_latency(runs))
+        tables["failed_runs"] = _rows(jobs.failed_runs(metrics))
+        plotted = _first_ok_runs(tables["bench_runs"])
+        tables["bench_throughput_series"] = [
+            r for r in _rows(jobs.bench_throughput_series(runs)) if r["run_id"] in plotted]
+        tables["bench_rss_series"] = [
+            r for r in _rows(jobs.bench_rss_series(runs)) if r["run_id"] in plotted]
+        tables["flow_totals"] = _rows(jobs.flow_totals(flow))
+        tables["flow_windows"] = _rows(jobs.flow_windows(flow, window_s, by=("run_id", "flow")))
+        tables["process_summary"] = _rows(processes)
+        tables["process_series"] = _rows(jobs.process_series(process))
+        tables["engine_cpu_per_gb"] = _rows(jobs.engine_cpu_per_gb(processes, flow))
+    finally:
+        spark.catalog.clearCache()
+    return ReportData(
+        inputs=[str(p) for p in inputs],
+        generated_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        window_s=window_s,
+        malformed_lines=int(bad.malformed_lines or 0) if bad else 0,
+        unknown_records=int(bad.unknown_records or 0) if bad else 0,
+        tables=tables,
+    )
+
+
+def run_report(
+    inputs: Iterable[str | Path],
+    out_dir: str | Path,
+    master: str = "local[*]",
+    window_s: float = 1.0,
+    spark: SparkSession | None = None,
+) -> ReportFiles:
+    """Compute the report over ``inputs`` and write it into ``out_dir``.
+
+    Starts (and stops) a Spark session on ``master`` unless one is given. Raises
+    :class:`ShallowMirrorError` for missing inputs or a missing Java.
+    """
+    if window_s <= 0:
+        raise ShallowMirrorError(f"--window-s must be positive, got {window_s}")
+    files = find_inputs(inputs)
+    own_session = spark is None
+    if spark is None:
+        from shallowmirror.reports.spark import spark_session
+
+        spark = spark_session(master)
+    try:
+        log.info("report over %d file(s) on %s", len(files), spark.sparkContext.master)
+        data = compute(spark, files, window_s)
+    finally:
+        if own_session:
+            spark.stop()
+    return write_report(data, Path(out_dir))
