@@ -1,0 +1,446 @@
+"""Run the benchmark: load each workload once, then run every mode, repeatedly, as its own process.
+
+One run (``run_once``):
+1. empty the target: delete and re-create the target topic and its latency companion;
+2. start the mode's process (own session, so its whole tree can be signalled) and a sampler of its
+   tree's CPU and RSS every ``sample_interval_s`` (``sampling``);
+3. watch the target's high watermarks every ``poll_interval_s`` (``watermarks``) until they add up
+   to the source's record count — *wall time* ends there, and the tree's CPU is read at that
+   instant (a fresh sample), so idling afterwards is not charged to the mode;
+4. latency phase: with the mirror caught up, send ``latency_probes`` probe records to the source's
+   latency topic ~50 ms apart; a consumer on the target's copy notes when each arrives. One sample
+   = arrival time seen by that consumer - send time written in the probe (both clocks are this
+   machine's), i.e. produce + mirror + the watcher's own fetch wait (``fetch.wait.max.ms`` 10).
+   The preloaded backlog cannot give latencies: its records were written before the mirror ran;
+5. stop the process group (SIGTERM, then SIGKILL after ``stop_timeout_s``), reap it with
+   ``wait4`` and write one ``bench_run`` record.
+
+``fetch-only`` has no target: it reads the source to the end and reports the time it got there;
+its CPU is the kernel's rusage at exit. Bytes moved are the source's RecordBatch bytes (identical
+for every mode, so CPU per GB compares like with like); uncompressed bytes are the record payloads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from shallowmirror import __version__, codec
+from shallowmirror.bench import load as loader
+from shallowmirror.bench import machine, topics
+from shallowmirror.bench.matrix import Workload
+from shallowmirror.bench.modes import MODULES
+from shallowmirror.bench.modes import external as external_mode
+from shallowmirror.bench.progress import ProgressBar
+from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
+from shallowmirror.bench.watermarks import HighWatermarks
+from shallowmirror.metrics_schema import BENCH_RUN, MODES
+
+log = logging.getLogger(__name__)
+
+LATENCY_METHOD = ("probe records sent to the source latency topic after catch-up; sample = "
+                  "arrival seen by a target consumer - send time in the probe")
+
+
+@dataclass
+class BenchConfig:
+    workloads: list[Workload]
+    modes: list[str]
+    repeats: int = 1
+    source_bootstrap: str | None = None   # None: embedded tansu clusters
+    target_bootstrap: str | None = None
+    external_cmd: str | None = None
+    external_target_topic: str = "{topic}"
+    fetch_impl: str = "raw"
+    linger_ms: int = 5
+    latency_probes: int = 20
+    run_timeout_s: float = 900.0
+    stop_timeout_s: float = 30.0
+    poll_interval_s: float = 0.05
+    sample_interval_s: float = 0.1
+    progress: bool | None = None          # None: only when stderr is a terminal
+    python: str = sys.executable
+    mode_args: dict[str, list[str]] = field(default_factory=dict)  # extra args per mode
+
+    def problems(self) -> list[str]:
+        found = [f"unknown mode {m!r} (known: {', '.join(MODES)})" for m in self.modes
+                 if m not in MODES]
+        if "external" in self.modes:
+            if not self.external_cmd:
+                found.append("mode external needs --external-cmd")
+            else:
+                found += external_mode.check_template(self.external_cmd)
+        if bool(self.source_bootstrap) != bool(self.target_bootstrap):
+            found.append("give both source and target bootstrap servers, or neither (embedded)")
+        if self.repeats < 1:
+            found.append("repeats must be >= 1")
+        if not self.workloads:
+            found.append("no workloads")
+        return found
+
+
+@dataclass
+class Clusters:
+    source: str
+    target: str
+    embedded: bool
+
+
+@contextlib.contextmanager
+def clusters_for(config: BenchConfig) -> Iterator[Clusters]:
+    """The given clusters, or two embedded tansu clusters stopped on exit."""
+    if config.source_bootstrap:
+        yield Clusters(config.source_bootstrap, config.target_bootstrap or "", False)
+        return
+    from shallowmirror.testing.embedded import embedded_clusters
+
+    with embedded_clusters("bench-source", "bench-target") as (source, target):
+        yield Clusters(source.bootstrap, target.bootstrap, True)
+
+
+def run_bench(config: BenchConfig, emit: Callable[[dict], None]) -> list[dict]:
+    """Run the whole matrix; ``emit`` gets each ``bench_run`` record as soon as it exists."""
+    problems = config.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    session = uuid.uuid4().hex[:8]
+    described = machine.describe()
+    records = []
+    with clusters_for(config) as clusters:
+        for workload in config.workloads:
+            topic = f"bench-{workload.workload_id}-{session}"
+            bar = ProgressBar(f"load {workload.workload_id}", workload.records,
+                              enabled=config.progress)
+            source = loader.load(clusters.source, topic, workload,
+                                 progress=lambda done, _total, bar=bar: bar.update(done))
+            bar.close()
+            log.info("loaded %s: %d records, %.1f MB compressed (%.2fx), %d batches, %.1fs",
+                     topic, source.records, source.compressed_bytes / 1e6,
+                     source.uncompressed_bytes / max(source.compressed_bytes, 1), source.batches,
+                     source.load_s)
+            # Modes interleave within each repeat so slow drift (page cache, broker heap) is
+            # spread over all modes instead of favouring whichever ran first.
+            for repeat in range(config.repeats):
+                for mode in config.modes:
+                    record = run_once(config, clusters, workload, source, mode, repeat,
+                                      machine_info=described)
+                    emit(record)
+                    records.append(record)
+    return records
+
+
+def run_once(config: BenchConfig, clusters: Clusters, workload: Workload,
+             source: loader.LoadedSource, mode: str, repeat: int, *,
+             machine_info: dict | None = None) -> dict:
+    """One mode, one repeat: returns the ``bench_run`` record (``ok`` false on failure)."""
+    run_id = f"{mode}-{workload.workload_id}-r{repeat}-{uuid.uuid4().hex[:6]}"
+    record: dict = {
+        "kind": BENCH_RUN, "run_id": run_id, "started_at": time.time(), "mode": mode,
+        "repeat": repeat, "workload_id": workload.workload_id, "workload": workload.as_record(),
+        "wall_s": None, "cpu_user_s": None, "cpu_sys_s": None, "peak_rss_bytes": None,
+        "records": 0, "compressed_bytes": source.compressed_bytes,
+        "uncompressed_bytes": source.uncompressed_bytes, "latency_ms_samples": [],
+        "progress_samples": [], "rss_samples": [], "ok": False, "error": None,
+        "machine": machine_info or machine.describe(), "version": __version__,
+        "codec_impl": codec.IMPLEMENTATION,
+        # Extra fields (readers ignore what they do not know):
+        "source_records": source.records, "source_batches": source.batches,
+        "embedded_clusters": clusters.embedded, "cpu_basis": None,
+        "latency_method": LATENCY_METHOD, "exit_code": None, "command": None,
+        "process_wall_s": None, "process_cpu_s": None, "startup_s": None, "startup_cpu_s": None,
+    }
+    try:
+        _run(config, clusters, workload, source, mode, run_id, record)
+    except Exception as err:  # noqa: BLE001 - a failed run is a result, recorded with its cause
+        log.warning("run %s failed: %s", run_id, err)
+        record["ok"] = False
+        record["error"] = record["error"] or f"{type(err).__name__}: {err}"
+    return record
+
+
+def _target_names(config: BenchConfig, clusters: Clusters, mode: str,
+                  source: loader.LoadedSource) -> tuple[str, str]:
+    if mode == "external":
+        main = external_mode.target_topic_of(config.external_target_topic, source.topic)
+        if "{" in config.external_target_topic:
+            return main, external_mode.target_topic_of(config.external_target_topic,
+                                                       source.latency_topic)
+        return main, main + "-latency"
+    suffix = ".mirror" if clusters.source == clusters.target else ""
+    return source.topic + suffix, source.latency_topic + suffix
+
+
+def _command(config: BenchConfig, clusters: Clusters, workload: Workload,
+             source: loader.LoadedSource, mode: str, run_id: str,
+             target_topic: str, target_latency_topic: str) -> list[str]:
+    if mode == "external":
+        return external_mode.command(
+            config.external_cmd or "", source=clusters.source, target=clusters.target,
+            topic=source.topic, target_topic=target_topic, latency_topic=source.latency_topic,
+            target_latency_topic=target_latency_topic, group=f"bench-{run_id}")
+    cmd = [config.python, "-m", f"shallowmirror.bench.modes.{MODULES[mode]}",
+           "--source", clusters.source, "--topic", source.topic,
+           "--group", f"bench-{run_id}", "--codec", workload.codec,
+           "--batch-bytes", str(workload.batch_bytes), "--linger-ms", str(config.linger_ms)]
+    if mode == "fetch-only":
+        cmd += ["--records", str(source.records), "--fetch-impl", config.fetch_impl]
+    else:
+        cmd += ["--target", clusters.target, "--topic", source.latency_topic,
+                "--target-suffix", target_topic[len(source.topic):]]
+    return cmd + list(config.mode_args.get(mode, ()))
+
+
+def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
+         source: loader.LoadedSource, mode: str, run_id: str, record: dict) -> None:
+    mirrors = mode != "fetch-only"
+    target_topic, target_latency_topic = _target_names(config, clusters, mode, source)
+    record["target_topic"] = target_topic if mirrors else None
+    if mirrors:
+        topics.recreate(clusters.target, target_topic, workload.partitions)
+        topics.recreate(clusters.target, target_latency_topic, 1)
+    cmd = _command(config, clusters, workload, source, mode, run_id, target_topic,
+                   target_latency_topic)
+    record["command"] = cmd
+    watcher = HighWatermarks(clusters.target, target_topic) if mirrors else None
+    stderr_file = tempfile.TemporaryFile(prefix=f"bench-{mode}-")  # noqa: SIM115 - read after exit
+    bar = ProgressBar(f"{mode:<17} {workload.codec:<6} r{repeat_of(record)}", source.records,
+                      enabled=config.progress)
+    proc: subprocess.Popen | None = None
+    sampler: ProcessTreeSampler | None = None
+    done_lines: list[dict] = []
+    ready: dict = {}
+    total_cpu: tuple[float, float] | None = None
+    try:
+        record["started_at"] = time.time()
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr_file,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        sampler = ProcessTreeSampler(proc.pid, config.sample_interval_s).start()
+        reader = threading.Thread(target=_read_events,
+                                  args=(proc.stdout, done_lines, sampler, ready), daemon=True)
+        reader.start()
+        caught_up = _wait_caught_up(config, proc, watcher, source, record, t0, bar, done_lines,
+                                    reader)
+        if caught_up and mirrors:
+            # The instant the last record is seen: CPU of the tree now, before any idling.
+            sampler.sample()
+            total_cpu = sampler.cpu()
+            record["cpu_basis"] = "tree-sampled-at-catch-up"
+            if config.latency_probes:
+                record["latency_ms_samples"] = _measure_latency(
+                    clusters, source.latency_topic, target_latency_topic, run_id,
+                    config.latency_probes)
+    finally:
+        bar.close()
+        exit_code, rusage = (_stop(proc, config.stop_timeout_s, exits_itself=not mirrors)
+                             if proc else (None, None))
+        if sampler is not None:
+            sampler.stop()
+        if watcher is not None:
+            watcher.close()
+    record["exit_code"] = exit_code
+    samples = sampler.samples if sampler else []
+    start = record["started_at"]
+    record["rss_samples"] = [[round(s.time - start, 3), s.rss_bytes] for s in samples]
+    # Sampled only: wait4's ru_maxrss is useless here, a child inherits the harness's RSS
+    # high-water mark across fork + exec.
+    record["peak_rss_bytes"] = (sampler.peak_rss_bytes if sampler else 0) or None
+    if total_cpu is None and rusage is not None and record["process_wall_s"] is not None:
+        _, user, system, _maxrss = rusage
+        sampled_user, sampled_sys = sampler.cpu() if sampler else (0.0, 0.0)
+        total_cpu = (max(user, sampled_user), max(system, sampled_sys))
+        record["cpu_basis"] = "rusage-at-exit"
+    _account(record, total_cpu, ready)
+    problems = []
+    if record["process_wall_s"] is None:
+        problems.append(f"not all records arrived ({record['records']}/{source.records})")
+    # Our own modes must shut down cleanly; an external tool may exit however it likes on SIGTERM.
+    if mode != "external" and exit_code not in (0, None):
+        problems.append(f"mode process exited with status {exit_code}")
+    if problems:
+        stderr_file.seek(0)
+        tail = stderr_file.read()[-2000:].decode(errors="replace").strip()
+        record["error"] = "; ".join(problems) + (f"; stderr tail: {tail}" if tail else "")
+    stderr_file.close()
+    record["ok"] = not problems
+
+
+def _account(record: dict, total_cpu: tuple[float, float] | None, ready: dict) -> None:
+    """Charge the mode from its "ready" event (imports done, clients built) to catch-up.
+
+    Process start-up (Python imports, client construction: ~0.2-0.4 CPU s) is a fixed cost that
+    does not grow with the data; it is kept apart in ``startup_s``/``startup_cpu_s`` so CPU per GB
+    measures mirroring, and ``process_wall_s``/``process_cpu_s`` keep the whole-process numbers.
+    A command without a "ready" event (external) is charged from process start."""
+    if record["process_wall_s"] is None or total_cpu is None:
+        return
+    user, system = total_cpu
+    record["process_cpu_s"] = user + system
+    if ready and ready["time"] - record["started_at"] < record["process_wall_s"]:
+        ready_user, ready_sys = ready["cpu"]
+        record["startup_s"] = ready["time"] - record["started_at"]
+        record["startup_cpu_s"] = ready_user + ready_sys
+        record["wall_s"] = record["process_wall_s"] - record["startup_s"]
+        record["cpu_user_s"], record["cpu_sys_s"] = user - ready_user, system - ready_sys
+    else:
+        record["wall_s"] = record["process_wall_s"]
+        record["cpu_user_s"], record["cpu_sys_s"] = user, system
+
+
+def repeat_of(record: dict) -> int:
+    return int(record.get("repeat") or 0)
+
+
+def _read_events(stream, out: list[dict], sampler: ProcessTreeSampler, ready: dict) -> None:
+    """Collect the JSON event lines a mode prints; on "ready" sample the tree's CPU at once."""
+    for line in stream:
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "ready" and not ready:
+                sampler.sample()
+                ready["cpu"] = sampler.cpu()
+                ready["time"] = float(event.get("time") or time.time())
+            out.append(event)
+
+
+def _wait_caught_up(config: BenchConfig, proc: subprocess.Popen, watcher: HighWatermarks | None,
+                    source: loader.LoadedSource, record: dict, t0: float, bar: ProgressBar,
+                    done_lines: list[dict], reader: threading.Thread) -> bool:
+    expected = source.records
+    per_record = source.compressed_bytes / max(expected, 1)
+    deadline = t0 + config.run_timeout_s
+    while True:
+        now = time.monotonic()
+        if watcher is None:  # fetch-only: the mode says when it reached the end
+            done = next((e for e in done_lines if e.get("event") == "done"), None)
+            if done is not None:
+                record["process_wall_s"] = done["time"] - record["started_at"]
+                record["records"] = int(done.get("records", 0))
+                record["fetch_impl"] = done.get("impl")
+                record["progress_samples"].append(
+                    [round(record["process_wall_s"], 3), record["records"],
+                     int(done.get("bytes") or source.compressed_bytes)])
+                bar.update(record["records"])
+                return True
+            if _exited(proc.pid):
+                reader.join(1.0)
+                if any(e.get("event") == "done" for e in done_lines):
+                    continue
+                return False
+        else:
+            total = sum(watcher.read().values())
+            seen = time.monotonic()
+            record["records"] = total
+            # Bytes on the target are estimated from records: deep modes re-batch, so the
+            # source's bytes per record are the comparable unit.
+            record["progress_samples"].append(
+                [round(seen - t0, 3), total, int(total * per_record)])
+            elapsed = seen - t0
+            bar.update(total, f"{total * per_record / 1e6 / max(elapsed, 1e-9):7.1f} MB/s")
+            if total >= expected:
+                record["process_wall_s"] = elapsed
+                if total > expected:
+                    log.warning("%s: %d records on the target, %d expected (duplicates)",
+                                record["run_id"], total, expected)
+                return True
+            if _exited(proc.pid):
+                return False
+        if now > deadline:
+            return False
+        time.sleep(config.poll_interval_s)
+
+
+def _exited(pid: int) -> bool:
+    """True once child ``pid`` has exited, without reaping it (``wait4`` must get its rusage;
+    ``Popen.poll`` would reap it and lose that)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topic: str,
+                     run_id: str, probes: int, spacing_s: float = 0.05,
+                     timeout_s: float = 10.0) -> list[float]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": clusters.target, "group.id": f"probe-{run_id}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10,
+                         "fetch.error.backoff.ms": 10})
+    consumer.assign([TopicPartition(target_latency_topic, 0, OFFSET_BEGINNING)])
+    producer = Producer({"bootstrap.servers": clusters.source, "linger.ms": 0})
+    samples: list[float] = []
+    sent = 0
+    try:
+        # Warm-up probe, not counted: connections, metadata and the consumer's first fetch
+        # position would otherwise land in the first sample.
+        producer.produce(latency_topic, json.dumps({"run": run_id, "i": -1}).encode(),
+                         partition=0)
+        producer.flush(5)
+        deadline = time.monotonic() + timeout_s
+        warm = False
+        while not warm and time.monotonic() < deadline:
+            msg = consumer.poll(0.05)
+            if msg is not None and msg.error() is None:
+                with contextlib.suppress(ValueError, TypeError):
+                    warm = json.loads(msg.value()) == {"run": run_id, "i": -1}
+        if not warm:
+            return samples  # the mirror does not carry the latency topic (an external tool)
+        next_send = time.monotonic()
+        deadline = time.monotonic() + timeout_s + probes * spacing_s
+        while len(samples) < probes and time.monotonic() < deadline:
+            if sent < probes and time.monotonic() >= next_send:
+                producer.produce(latency_topic, json.dumps(
+                    {"run": run_id, "i": sent, "sent": time.time()}).encode(), partition=0)
+                producer.poll(0)
+                sent += 1
+                next_send += spacing_s
+            msg = consumer.poll(0.005)
+            if msg is None or msg.error() is not None:
+                continue
+            arrived = time.time()
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                probe = json.loads(msg.value())
+                if probe.get("run") == run_id and probe["i"] >= 0:
+                    samples.append(round((arrived - probe["sent"]) * 1000, 3))
+    finally:
+        producer.flush(5)
+        consumer.close()
+    return samples
+
+
+def _stop(proc: subprocess.Popen, timeout_s: float, exits_itself: bool = False
+          ) -> tuple[int | None, tuple | None]:
+    """SIGTERM the mode's process group, SIGKILL if it lingers; reap with wait4.
+
+    A mode that ``exits_itself`` (fetch-only, after its "done" line) is given ``timeout_s`` to
+    finish on its own first: a signal during interpreter shutdown would kill it uncleanly."""
+    usage = wait_rusage(proc.pid, timeout_s if exits_itself else 0) if (
+        exits_itself or _exited(proc.pid)) else None
+    if usage is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        usage = wait_rusage(proc.pid, timeout_s)
+    if usage is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        usage = wait_rusage(proc.pid, 10.0)
+    # Whatever outlived the group leader (an external tool's children) goes too.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if usage is not None:
+        proc.returncode = usage[0]
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return (usage[0] if usage else None), usage

@@ -1,0 +1,72 @@
+"""Create, delete and re-create topics with confluent-kafka's AdminClient.
+
+The target is emptied between runs by deleting and re-creating its topics: DeleteRecords would be
+cheaper but breaks the connection on tansu, and a fresh topic also drops any state a previous run
+left (producer ids, offsets). Mirrored topics get ``compression.type=producer`` so the broker
+stores what the mirror sends instead of recompressing it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+_UNKNOWN_TOPIC = 3
+_TOPIC_EXISTS = 36
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create(bootstrap: str, topic: str, partitions: int, *, timeout_s: float = 30.0) -> None:
+    """Create ``topic``; wait until Metadata lists all its partitions."""
+    client = admin(bootstrap)
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=-1,
+                   config={"compression.type": "producer"})
+    for future in client.create_topics([new], request_timeout=timeout_s).values():
+        future.result()
+    _wait(client, topic, lambda meta: meta is not None and meta.error is None
+          and len(meta.partitions) == partitions, timeout_s, "created")
+
+
+def delete(bootstrap: str, topic: str, *, timeout_s: float = 30.0) -> None:
+    """Delete ``topic`` if it exists; wait until Metadata no longer lists it."""
+    client = admin(bootstrap)
+    for future in client.delete_topics([topic], request_timeout=timeout_s).values():
+        try:
+            future.result()
+        except KafkaException as err:
+            if err.args[0].code() != _UNKNOWN_TOPIC:
+                raise
+    # Listing all topics (not this one by name): tansu auto-creates a topic named in Metadata.
+    _wait(client, None, lambda topics: topic not in topics, timeout_s, "deleted")
+
+
+def recreate(bootstrap: str, topic: str, partitions: int, *, timeout_s: float = 30.0) -> None:
+    """An empty ``topic`` with ``partitions`` partitions, whatever was there before."""
+    delete(bootstrap, topic, timeout_s=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            create(bootstrap, topic, partitions, timeout_s=timeout_s)
+            return
+        except KafkaException as err:
+            # Kafka deletes asynchronously: the name may still be taken for a moment.
+            if err.args[0].code() != _TOPIC_EXISTS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _wait(client: AdminClient, topic: str | None, done, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = client.list_topics(topic, timeout=timeout_s)
+        subject = md.topics.get(topic) if topic is not None else md.topics
+        if done(subject):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic} not {what} within {timeout_s:.0f}s")
+        time.sleep(0.1)

@@ -1,0 +1,115 @@
+"""`shallowmirror bench`: shallow versus deep mirroring on a workload matrix.
+
+Loads each workload into an embedded (or given) source cluster, runs every mode as its own
+process with the target emptied between runs, appends one ``bench_run`` JSON line per run to
+``--out`` and prints a summary table (median and min..max over repeats) and the goal ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from shallowmirror.bench.matrix import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_PARTITIONS,
+    DEFAULT_RECORDS,
+    DEFAULT_VALUE_BYTES,
+)
+
+DEFAULT_MODES = "shallow,deep-confluent,fetch-only"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="benchmark shallow against deep mirroring (CPU, RSS, throughput, latency)",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--source-bootstrap", help="source cluster (default: embedded tansu)")
+    p.add_argument("--target-bootstrap", help="target cluster (default: embedded tansu)")
+    p.add_argument("--codecs", default="lz4,zstd,gzip", help="none,gzip,snappy,lz4,zstd")
+    p.add_argument("--records", default=str(DEFAULT_RECORDS), help="record counts, e.g. 1m,100k")
+    p.add_argument("--value-bytes", default=str(DEFAULT_VALUE_BYTES), help="value sizes")
+    p.add_argument("--batch-bytes", default=str(DEFAULT_BATCH_BYTES),
+                   help="producer batch.size values, e.g. 16KiB,256KiB")
+    p.add_argument("--partitions", default=str(DEFAULT_PARTITIONS), help="partition counts")
+    p.add_argument("--modes", default=DEFAULT_MODES,
+                   help="shallow,deep-confluent,deep-kafka-python,fetch-only,external")
+    p.add_argument("--repeats", type=int, default=3, help="runs per workload and mode")
+    p.add_argument("--external-cmd",
+                   help="command line of mode 'external'; placeholders {source} {target} {topic} "
+                        "{target_topic} {latency_topic} {target_latency_topic} {topics_regex} "
+                        "{group}")
+    p.add_argument("--external-target-topic", default="{topic}",
+                   help="topic the external tool writes to, e.g. 'source.{topic}' for MM2")
+    p.add_argument("--fetch-impl", choices=("raw", "confluent"), default="raw",
+                   help="fetch-only baseline: raw Fetch requests (no decompression, the shallow "
+                        "ceiling) or a confluent-kafka consumer")
+    p.add_argument("--latency-probes", type=int, default=20,
+                   help="probe records per run for end-to-end latency (0: none)")
+    p.add_argument("--run-timeout", type=float, default=900.0, help="seconds per run")
+    p.add_argument("--out", default="bench-results.jsonl", help="JSON lines file to append to")
+    p.add_argument("--report", metavar="DIR", help="also render the report into DIR")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars on stderr (default: when stderr is a terminal)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shallowmirror.bench import summary
+    from shallowmirror.bench.matrix import expand, parse_list
+    from shallowmirror.bench.runner import BenchConfig, run_bench
+
+    try:
+        workloads = expand(parse_list(args.codecs), parse_list(args.value_bytes, int),
+                           parse_list(args.batch_bytes, int), parse_list(args.partitions, int),
+                           parse_list(args.records, int))
+    except ValueError as err:
+        print(f"shallowmirror bench: {err}", file=sys.stderr)
+        return 2
+    config = BenchConfig(
+        workloads=workloads, modes=parse_list(args.modes), repeats=args.repeats,
+        source_bootstrap=args.source_bootstrap, target_bootstrap=args.target_bootstrap,
+        external_cmd=args.external_cmd, external_target_topic=args.external_target_topic,
+        fetch_impl=args.fetch_impl, latency_probes=args.latency_probes,
+        run_timeout_s=args.run_timeout, progress=args.progress,
+    )
+    problems = config.problems()
+    if problems:
+        for problem in problems:
+            print(f"shallowmirror bench: {problem}", file=sys.stderr)
+        return 2
+
+    with open(args.out, "a") as out:
+        def emit(record: dict) -> None:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            status = "ok" if record["ok"] else f"FAILED: {record['error']}"
+            metrics = summary.run_metrics(record)
+            detail = (f"{metrics['mb_s']:.1f} MB/s, {metrics['cpu_s_per_gb']:.2f} CPU s/GB, "
+                      f"peak RSS {metrics['peak_rss_mb']:.0f} MB" if metrics else "")
+            print(f"{record['mode']} {record['workload_id']} repeat {record['repeat']}: "
+                  f"{detail} {status}", file=sys.stderr, flush=True)
+
+        records = run_bench(config, emit)
+    table = summary.rows(records)
+    print(summary.format_table(table))
+    ratio_text = summary.format_ratios(summary.ratios(table))
+    if ratio_text:
+        print("\n" + ratio_text)
+    print(f"\n{len(records)} runs appended to {args.out}")
+    if args.report:
+        _maybe_report(args.out, args.report)
+    return 0 if all(r["ok"] for r in records) else 1
+
+
+def _maybe_report(results: str, out_dir: str) -> None:
+    try:
+        from shallowmirror.reports.report import run_report
+    except ImportError:
+        print("report: shallowmirror.reports.report is not available; run `shallowmirror "
+              f"report` on {results} later", file=sys.stderr)
+        return
+    run_report([results], out_dir)
