@@ -1,0 +1,315 @@
+"""The deep path: a confluent-kafka consumer -> producer mirror that decompresses and recompresses.
+
+For comparison with shallow mirroring and for what shallow cannot carry. It is deliberately
+plain: one consumer in the flow's consumer group (partitions shared with other processes), one
+idempotent producer per codec, records produced to the same partition number of the remote topic
+with key, value, headers and timestamp unchanged. The codec is the target producer's
+``compression.type`` if set, else the source topic's ``compression.type`` when it names a codec,
+else lz4.
+
+Invariants: per-partition order is kept (one idempotent producer per codec, a partition always
+goes through the same one); a source offset is committed only after the target acknowledged it
+and every record before it (delivery reports arrive in order per partition on an idempotent
+producer). A failed delivery stops the runner with an error; a restart resumes from the last
+commit, so nothing is lost (records after the commit may be written twice, as with MirrorMaker).
+
+Out of scope: transactions / exactly-once, offset translation, CPU-optimal tuning (the benchmark
+harness has its own deep modes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.mirror.clients import build_client
+from shallowmirror.mirror.stats import FlowStats, PartitionStats
+
+log = logging.getLogger(__name__)
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: Engine keys that mean something else (or nothing) to librdkafka.
+_NOT_FOR_LIBRDKAFKA = ("partition.assignment", "legacy.format", "log.append.time",
+                       "multiple.batches.per.partition", "crc.check", "metrics.file",
+                       "metrics.interval.ms", "producer.id", "buffer.memory",
+                       "offset.commit.interval.ms", "retry.backoff.max.ms", "max.request.size")
+
+
+class DeliveryFailedError(ShallowMirrorError):
+    """The target did not accept a record; the runner stops and resumes from its last commit."""
+
+
+class DeepFlowRunner:
+    """Mirror one flow's topics by consuming and producing records."""
+
+    def __init__(self, *, flow: str, source_config: Mapping[str, Any],
+                 target_config: Mapping[str, Any], settings: Mapping[str, Any],
+                 topic_mapper: Callable[[str], str],
+                 codec_for_topic: Callable[[str], str | None] | None = None):
+        self.flow = flow
+        self.topic_mapper = topic_mapper
+        self.codec_for_topic = codec_for_topic or (lambda topic: None)
+        self._settings = dict(settings)
+        self._commit_interval_s = float(settings.get("offset.commit.interval.ms", 5000)) / 1000
+        self._source_config = self._consumer_config(source_config, settings)
+        self._target_config = self._producer_config(target_config, settings)
+        self._forced_codec = target_config.get("compression.type") or target_config.get(
+            "compression.codec")
+        self._topics: list[str] = []
+        self._topics_changed = threading.Event()
+        self._lock = threading.Lock()
+        self._stats: dict[tuple[str, int], PartitionStats] = {}
+        self._delivered: dict[tuple[str, int], int] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+        self._assigned: set[tuple[str, int]] = set()
+        self._failure: BaseException | None = None
+        self._producers: dict[str, Producer] = {}
+
+    # -- configuration -------------------------------------------------------------------------
+
+    @staticmethod
+    def _consumer_config(source: Mapping[str, Any], settings: Mapping[str, Any]) -> dict:
+        conf = {k: v for k, v in source.items() if not k.startswith("compression.")}
+        for key in ("group.id", "session.timeout.ms", "heartbeat.interval.ms", "isolation.level",
+                    "auto.offset.reset", "fetch.max.bytes", "max.partition.fetch.bytes",
+                    "fetch.min.bytes"):
+            if settings.get(key) is not None:
+                conf[key] = settings[key]
+        if settings.get("fetch.max.wait.ms") is not None:
+            conf["fetch.wait.max.ms"] = settings["fetch.max.wait.ms"]
+        conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
+                     "enable.partition.eof": False})
+        return {k: v for k, v in conf.items() if k not in _NOT_FOR_LIBRDKAFKA}
+
+    @staticmethod
+    def _producer_config(target: Mapping[str, Any], settings: Mapping[str, Any]) -> dict:
+        conf = {k: v for k, v in target.items()
+                if not k.startswith(("compression.", "group.", "session.", "auto.offset"))}
+        conf.setdefault("linger.ms", 5)
+        conf["enable.idempotence"] = True  # order and no duplicates within one run
+        conf["acks"] = "all"
+        if settings.get("max.request.size") is not None:
+            conf["message.max.bytes"] = settings["max.request.size"]
+        return {k: v for k, v in conf.items() if k not in _NOT_FOR_LIBRDKAFKA}
+
+    def set_topics(self, topics: list[str]) -> None:
+        """Source topics to mirror (their remote topics exist)."""
+        with self._lock:
+            if sorted(topics) != self._topics:
+                self._topics = sorted(topics)
+                self._topics_changed.set()
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Mirror until ``stop`` is set; then finish in-flight records and commit."""
+        stop = stop or asyncio.Event()
+        halt = threading.Event()
+        worker = asyncio.get_running_loop().run_in_executor(None, self._loop, halt)
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halt.set()
+            stopper.cancel()
+            await asyncio.shield(worker)
+
+    def _producer(self, topic: str) -> Producer:
+        codec = self._forced_codec or self.codec_for_topic(topic) or "lz4"
+        if codec not in CODECS:
+            codec = "lz4"
+        producer = self._producers.get(codec)
+        if producer is None:
+            conf = {**self._target_config, "compression.type": codec}
+            producer = build_client(Producer, conf, what=f"flow {self.flow} deep producer")
+            self._producers[codec] = producer
+        return producer
+
+    def _loop(self, halt: threading.Event) -> None:
+        consumer = build_client(Consumer, self._source_config,
+                                what=f"flow {self.flow} deep consumer")
+        subscribed: list[str] = []
+        last_commit = time.monotonic()
+        try:
+            while not halt.is_set():
+                if self._failure is not None:
+                    raise self._failure
+                if self._topics_changed.is_set():
+                    with self._lock:
+                        self._topics_changed.clear()
+                        subscribed = list(self._topics)
+                    if subscribed:
+                        consumer.subscribe(subscribed, on_assign=self._on_assign,
+                                           on_revoke=self._make_on_revoke(consumer))
+                    else:
+                        consumer.unsubscribe()
+                if not subscribed:
+                    halt.wait(0.2)
+                    continue
+                messages = consumer.consume(num_messages=5000, timeout=0.2)
+                for msg in messages:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            log.warning("flow %s: consumer: %s", self.flow, err.str())
+                        continue
+                    self._forward(msg)
+                for producer in self._producers.values():
+                    producer.poll(0)
+                self._update_watermarks(consumer)
+                if time.monotonic() - last_commit >= self._commit_interval_s:
+                    self._commit(consumer)
+                    last_commit = time.monotonic()
+        finally:
+            try:
+                self._flush_all()
+                if self._failure is None:
+                    self._commit(consumer)
+            finally:
+                consumer.close()
+        if self._failure is not None:
+            raise self._failure
+
+    def _forward(self, msg: Any) -> None:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        key = (topic, partition)
+        ts_type, ts = msg.timestamp()
+        headers = msg.headers()
+        value = msg.value()
+        size = len(value or b"") + len(msg.key() or b"")
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                if self._failure is None:
+                    self._failure = DeliveryFailedError(
+                        f"flow {self.flow}: target refused a record of {topic}-{partition} at "
+                        f"offset {offset}: {err.str()}")
+                return
+            with self._lock:
+                self._delivered[key] = offset + 1
+                stats = self._partition(key)
+                stats.position = offset + 1
+                stats.records += 1
+                stats.bytes += size
+                if ts_type and ts > 0:
+                    stats.record_age_ms = max(0.0, time.time() * 1000 - ts)
+
+        producer = self._producer(topic)
+        kwargs: dict[str, Any] = {"partition": partition, "key": msg.key(), "value": value,
+                                  "on_delivery": delivered}
+        if headers:
+            kwargs["headers"] = headers
+        if ts_type and ts >= 0:
+            kwargs["timestamp"] = ts
+        while True:
+            try:
+                producer.produce(self.topic_mapper(topic), **kwargs)
+                return
+            except BufferError:
+                producer.poll(0.1)  # queue full: let deliveries drain
+
+    def _partition(self, key: tuple[str, int]) -> PartitionStats:
+        stats = self._stats.get(key)
+        if stats is None:
+            stats = self._stats[key] = PartitionStats(*key)
+        return stats
+
+    def _update_watermarks(self, consumer: Consumer) -> None:
+        """High watermarks as the last Fetch saw them (never ListOffsets: tansu's is wrong) and,
+        while nothing is in flight, the consumer position (covers partitions already mirrored by
+        an earlier run)."""
+        assigned = [TopicPartition(*key) for key in self._assigned]
+        idle = all(len(p) == 0 for p in self._producers.values())
+        positions = {}
+        if idle and assigned:
+            try:
+                positions = {(tp.topic, tp.partition): tp.offset
+                             for tp in consumer.position(assigned) if tp.offset >= 0}
+            except KafkaException:
+                positions = {}
+        for tp in assigned:
+            key = (tp.topic, tp.partition)
+            try:
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                high = None
+            with self._lock:
+                stats = self._partition(key)
+                if high is not None and high >= 0:
+                    stats.high_watermark = high
+                if key in positions:
+                    stats.position = max(stats.position, positions[key])
+
+    def _flush_all(self) -> None:
+        for producer in self._producers.values():
+            remaining = producer.flush(30)
+            if remaining:
+                log.error("flow %s: %d records not acknowledged by the target at shutdown; "
+                          "their offsets are not committed", self.flow, remaining)
+
+    def _commit(self, consumer: Consumer, only: set[tuple[str, int]] | None = None) -> None:
+        with self._lock:
+            todo = {k: v for k, v in self._delivered.items()
+                    if self._committed.get(k) != v and (only is None or k in only)}
+        if not todo:
+            return
+        try:
+            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in todo.items()],
+                            asynchronous=False)
+        except KafkaException as err:
+            log.warning("flow %s: offset commit failed (retried at the next commit): %s",
+                        self.flow, err.args[0].str() if err.args else err)
+            return
+        self._committed.update(todo)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
+        log.info("flow %s: deep path assigned %s", self.flow,
+                 ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "nothing")
+
+    def _make_on_revoke(self, consumer: Consumer) -> Callable:
+        def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            # Another member takes these over from our commit: flush and commit them first.
+            self._flush_all()
+            revoked = {(tp.topic, tp.partition) for tp in partitions}
+            self._commit(consumer, revoked)
+            self._assigned -= revoked
+        return on_revoke
+
+    # -- observing -------------------------------------------------------------------------------
+
+    def stats(self) -> FlowStats:
+        with self._lock:
+            parts = {k: PartitionStats(**vars(v)) for k, v in self._stats.items()
+                     if k in self._assigned or v.records}
+            for key in self._assigned:
+                parts.setdefault(key, PartitionStats(*key))
+        return FlowStats(self.flow, "deep", parts)
+
+    def caught_up(self) -> bool:
+        """Every assigned partition mirrored up to its high watermark (at least one assigned)."""
+        with self._lock:
+            if not self._assigned:
+                return False
+            for key in self._assigned:
+                stats = self._stats.get(key)
+                if stats is None or stats.high_watermark < 0:
+                    return False
+                if stats.high_watermark > 0 and stats.position < stats.high_watermark:
+                    return False
+            return True
+
+    async def wait_caught_up(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.caught_up():
+                return True
+            await asyncio.sleep(0.2)
+        return self.caught_up()

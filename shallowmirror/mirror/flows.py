@@ -1,0 +1,288 @@
+"""One replication flow at run time: topic sync on a timer, and the runners that move the data.
+
+``FlowRunner.run(stop)`` for flow A->B:
+
+    connect admin clients (retry with a clear message while a cluster is unreachable)
+    refresh topics: list A's topics -> filter/policy/cycles -> create/grow remote topics on B
+    start tasks.max runners (shallow MirrorEngine, or DeepFlowRunner) with the ready topics
+    every refresh.topics.interval.seconds: refresh again, hand the new ready list to runners
+    every sync.topic.configs.interval.seconds: copy config changes to remote topics
+    a runner that fails is restarted with backoff (or, with abort.on.send.failure, the flow
+    fails and the process stops)
+
+Runners resume from the offsets committed in the source cluster under the flow's group.id, so
+a restart (of a runner or of the process) loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Protocol
+
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.mirror.clients import admin_client
+from shallowmirror.mirror.config import FlowConfig
+from shallowmirror.mirror.stats import FlowStats, PartitionStats
+from shallowmirror.mirror.topic_sync import ClusterUnreachableError, TopicSync
+
+log = logging.getLogger(__name__)
+
+_CODEC_NAMES = ("gzip", "snappy", "lz4", "zstd", "none")
+
+
+class FlowFailedError(ShallowMirrorError):
+    """A flow stopped for good (abort.on.send.failure, or an error retrying cannot fix)."""
+
+
+class Runner(Protocol):
+    """What moves the data of one flow: the shallow engine or the deep path."""
+
+    def set_topics(self, topics: list[str]) -> None: ...
+
+    async def run(self, stop: asyncio.Event | None = None) -> None: ...
+
+    async def wait_caught_up(self, timeout_s: float) -> bool: ...
+
+
+def _engine_classes():
+    try:
+        from shallowmirror.engine import MirrorEngine
+    except ImportError:
+        from shallowmirror.engine.engine import MirrorEngine
+    return MirrorEngine
+
+
+class FlowRunner:
+    """Runs one ``FlowConfig`` until stopped."""
+
+    def __init__(self, flow: FlowConfig, *, metrics_sink: Any = None,
+                 admin_timeout_s: float = 15.0):
+        self.flow = flow
+        self.metrics_sink = metrics_sink
+        self.admin_timeout_s = admin_timeout_s
+        self.sync: TopicSync | None = None
+        self.runners: list[Any] = []
+        self.ready_topics: list[str] = []
+        self.source_topic_count: int | None = None
+        self.state = "starting"
+        self.restarts = 0
+        self._source_codecs: dict[str, str] = {}
+
+    @property
+    def name(self) -> str:
+        return self.flow.name
+
+    @property
+    def mode(self) -> str:
+        return "shallow" if self.flow.shallow else "deep"
+
+    # -- setup -----------------------------------------------------------------------------------
+
+    def _client_configs(self) -> tuple[dict[str, str], dict[str, str]]:
+        source = {k: v for k, v in self.flow.source_consumer.items()}
+        target = {k: v for k, v in self.flow.target_producer.items()}
+        source.setdefault("client.id", f"shallowmirror-{self.flow.source}-{self.flow.target}")
+        target.setdefault("client.id", f"shallowmirror-{self.flow.source}-{self.flow.target}")
+        return source, target
+
+    def _make_runner(self, index: int) -> Any:
+        source, target = self._client_configs()
+        if self.flow.shallow:
+            engine_cls = _engine_classes()
+            settings = dict(self.flow.engine_settings)
+            return engine_cls(source, target, topics=list(self.ready_topics),
+                              topic_mapper=self.flow.remote_topic, flow=self.flow.name,
+                              source_alias=self.flow.source, target_alias=self.flow.target,
+                              settings=settings, metrics_sink=self.metrics_sink)
+        from shallowmirror.mirror.deep import DeepFlowRunner
+
+        runner = DeepFlowRunner(flow=self.flow.name, source_config=source, target_config=target,
+                                settings=self.flow.engine_settings,
+                                topic_mapper=self.flow.remote_topic,
+                                codec_for_topic=self._source_codecs.get)
+        runner.set_topics(list(self.ready_topics))
+        return runner
+
+    async def _connect(self, stop: asyncio.Event) -> None:
+        def build() -> TopicSync:
+            return TopicSync(
+                self.flow,
+                admin_client(self.flow.source_admin, what=f"cluster {self.flow.source} admin"),
+                admin_client(self.flow.target_admin, what=f"cluster {self.flow.target} admin"),
+                timeout_s=self.admin_timeout_s)
+
+        self.sync = await asyncio.to_thread(build)
+
+    async def _refresh(self, stop: asyncio.Event, *, first: bool = False) -> bool:
+        """Refresh topics, retrying while a cluster is unreachable; False if stopped first."""
+        assert self.sync is not None
+        delay = 1.0
+        while not stop.is_set():
+            try:
+                ready = await asyncio.to_thread(self.sync.refresh)
+            except ClusterUnreachableError as err:
+                self.state = "waiting for cluster"
+                log.warning("flow %s: %s; retrying in %.0fs", self.name, err, delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            self.source_topic_count = len(self.sync.topics)
+            self._note_codecs()
+            if ready != self.ready_topics or first:
+                added = sorted(set(ready) - set(self.ready_topics))
+                if added and not first:
+                    log.info("flow %s: new topics to mirror: %s", self.name, ", ".join(added))
+                self.ready_topics = ready
+                for runner in self.runners:
+                    runner.set_topics(list(ready))
+            return True
+        return False
+
+    def _note_codecs(self) -> None:
+        """Source topics' compression.type where it names a codec (the deep path's choice)."""
+        if self.flow.shallow or self.sync is None:
+            return
+        for topic in self.sync.topics:
+            if topic in self._source_codecs:
+                continue
+            try:
+                entry = self.sync.describe(self.sync.source_admin, topic).get("compression.type")
+            except Exception:  # noqa: BLE001 - the deep path falls back to lz4
+                entry = None
+            value = getattr(entry, "value", None)
+            self._source_codecs[topic] = value if value in _CODEC_NAMES else None
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set; raise ``FlowFailedError`` if the flow cannot go on."""
+        log.info("flow %s: starting (%s, policy %s, topics %s, exclude %s)", self.name,
+                 self.mode, self.flow.policy.class_name.rsplit(".", 1)[-1],
+                 ",".join(self.flow.settings["topics"]),
+                 ",".join(self.flow.topic_filter.exclude))
+        await self._connect(stop)
+        if not await self._refresh(stop, first=True):
+            return
+        # Even with sync.topic.configs.enabled=false this enforces compression.type=producer.
+        await asyncio.to_thread(self.sync.sync_configs)
+        # A flow-local stop: a failing flow stops its own tasks without stopping the others.
+        local = asyncio.Event()
+        relay = asyncio.create_task(self._relay(stop, local))
+        self.runners = [self._make_runner(i) for i in range(self.flow.settings["tasks.max"])]
+        tasks = [asyncio.create_task(self._supervise(r, local)) for r in self.runners]
+        tasks.append(asyncio.create_task(self._housekeeping(local)))
+        self.state = "running"
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            local.set()
+            # Runners finish in-flight batches and commit; give them the time they need.
+            await asyncio.wait(tasks, timeout=120)
+            relay.cancel()
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                self.state = "failed"
+                raise task.exception()
+        self.state = "stopped"
+
+    @staticmethod
+    async def _relay(stop: asyncio.Event, local: asyncio.Event) -> None:
+        await stop.wait()
+        local.set()
+
+    async def _supervise(self, runner: Any, stop: asyncio.Event) -> None:
+        """Run one runner; restart it after a failure unless abort.on.send.failure."""
+        delay = 1.0
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await runner.run(stop)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - reported, then restart or fail the flow
+                if self.flow.settings["abort.on.send.failure"]:
+                    raise FlowFailedError(f"flow {self.name} failed: {err}") from err
+                if time.monotonic() - started > 60:
+                    delay = 1.0
+                self.restarts += 1
+                log.error("flow %s: %s failed: %s; restarting in %.0fs from the last committed "
+                          "offsets", self.name, self.mode, err, delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 60.0)
+                index = self.runners.index(runner)
+                runner = self._make_runner(index)
+                self.runners[index] = runner
+
+    async def _housekeeping(self, stop: asyncio.Event) -> None:
+        s = self.flow.settings
+        refresh_s = s["refresh.topics.interval.seconds"] if s["refresh.topics.enabled"] else None
+        sync_s = s["sync.topic.configs.interval.seconds"] \
+            if s["sync.topic.configs.enabled"] else None
+        if refresh_s is None and sync_s is None:
+            return
+        next_refresh = time.monotonic() + (refresh_s or 0)
+        next_sync = time.monotonic() + (sync_s or 0)
+        while not stop.is_set():
+            wake = min(t for t in (next_refresh if refresh_s else None,
+                                   next_sync if sync_s else None) if t is not None)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, wake - time.monotonic()))
+            if stop.is_set():
+                return
+            now = time.monotonic()
+            if refresh_s and now >= next_refresh:
+                await self._refresh(stop)
+                next_refresh = time.monotonic() + refresh_s
+            if sync_s and now >= next_sync and self.sync is not None:
+                try:
+                    await asyncio.to_thread(self.sync.sync_configs)
+                except Exception as err:  # noqa: BLE001 - next interval tries again
+                    log.warning("flow %s: topic config sync failed: %s", self.name, err)
+                next_sync = time.monotonic() + sync_s
+
+    # -- observing -------------------------------------------------------------------------------
+
+    def stats(self) -> FlowStats:
+        """Merged counters of this flow's runners."""
+        merged = FlowStats(self.name, self.mode)
+        for runner in self.runners:
+            snap = runner.stats()
+            for key, p in snap.partitions.items():
+                if not isinstance(p, PartitionStats):  # the engine's own stats type
+                    p = PartitionStats(p.topic, p.partition, p.position, p.high_watermark,
+                                       p.records, p.batches, p.bytes, p.errors,
+                                       error=getattr(p, "error", None))
+                if p.error:
+                    merged.errors.append(f"{key[0]}-{key[1]}: {p.error}")
+                merged.partitions[key] = p
+        if self.sync is not None:
+            merged.errors.extend(f"{t}: {e}" for t, e in sorted(self.sync.errors().items()))
+        return merged
+
+    async def caught_up(self) -> bool:
+        """Every ready topic mirrored to its source's high watermark and no topic waiting."""
+        if self.state != "running" or self.sync is None:
+            return False
+        if not self.ready_topics:
+            return self.source_topic_count == 0
+        pending = set(self.sync.topics) - set(self.ready_topics) - set(self.sync.errors())
+        if pending:
+            return False
+        for runner in self.runners:
+            try:
+                if not await runner.wait_caught_up(0.05):
+                    return False
+            except Exception:  # noqa: BLE001 - a failing runner is not caught up
+                return False
+        # Every ready topic must be owned by some runner (group assignment may still be moving).
+        owned = {k[0] for k in self.stats().partitions}
+        return set(self.ready_topics) <= owned
