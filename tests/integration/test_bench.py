@@ -1,0 +1,114 @@
+"""The benchmark harness end to end on a tiny workload: every mode, real clusters, real records.
+
+Checks each ``bench_run`` record is complete and plausible (records moved equal the workload,
+bytes, CPU, RSS and wall time positive, latency probes arrived) and that the targets really hold
+the source's records (keys, values, headers, timestamps). No timing thresholds.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from shallowmirror.bench.matrix import expand
+from shallowmirror.bench.runner import BenchConfig, run_bench
+from shallowmirror.metrics_schema import BENCH_RUN, BENCH_RUN_FIELDS
+from shallowmirror.testing.topics import compare_topics, read_topic
+
+pytestmark = pytest.mark.integration
+
+RECORDS, PARTITIONS, PROBES = 2000, 2, 5
+
+
+def _engine_ready() -> bool:
+    try:
+        from shallowmirror.engine import mirror  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: The external mode runs a real command line through every placeholder: our own deep mirror
+#: module, writing to "<topic>.copy" as a user's tool with its own naming would.
+EXTERNAL = (f"{sys.executable} -m shallowmirror.bench.modes.deep_confluent --source {{source}} "
+            "--target {target} --topic {topic} --topic {latency_topic} --group {group} "
+            "--target-suffix .copy --codec zstd")
+
+
+def test_bench_runs_every_mode_on_a_tiny_workload(source_cluster, target_cluster):
+    modes = ["fetch-only", "deep-kafka-python", "deep-confluent"]
+    modes += ["shallow"] if _engine_ready() else []
+    modes += ["external"]
+    workloads = expand(["lz4", "zstd"], [200], [16384], [PARTITIONS], [RECORDS])
+    config = BenchConfig(
+        workloads=workloads, modes=modes, repeats=1,
+        source_bootstrap=source_cluster.bootstrap, target_bootstrap=target_cluster.bootstrap,
+        external_cmd=EXTERNAL, external_target_topic="{topic}.copy", latency_probes=PROBES,
+        run_timeout_s=60, progress=False,
+    )
+    emitted: list[dict] = []
+    records = run_bench(config, emitted.append)
+    assert records == emitted
+    assert [(r["workload"]["codec"], r["mode"]) for r in records] == [
+        (w.codec, m) for w in workloads for m in modes]
+
+    for r in records:
+        where = f"{r['mode']} {r['workload_id']}: {r['error']}"
+        assert r["ok"] is True, where
+        assert r["error"] is None
+        assert r["kind"] == BENCH_RUN and set(BENCH_RUN_FIELDS) <= set(r)
+        assert r["records"] == RECORDS, where
+        assert r["uncompressed_bytes"] > r["compressed_bytes"] > 0
+        assert r["wall_s"] > 0 and r["process_wall_s"] >= r["wall_s"]
+        assert r["cpu_user_s"] + r["cpu_sys_s"] > 0, where
+        assert r["process_cpu_s"] >= r["cpu_user_s"] + r["cpu_sys_s"] - 1e-6
+        assert r["peak_rss_bytes"] > 10 << 20          # a Python process with Kafka clients
+        assert r["rss_samples"] and max(s[1] for s in r["rss_samples"]) == r["peak_rss_bytes"]
+        assert r["progress_samples"][-1][1] == RECORDS
+        assert r["machine"]["cpus"] >= 1 and r["machine"]["memory_bytes"] > 0
+        assert r["codec_impl"] in ("native", "python") and r["version"]
+        assert r["workload"] == {"codec": r["workload_id"].split("-")[0], "value_bytes": 200,
+                                 "batch_bytes": 16384, "partitions": PARTITIONS,
+                                 "records": RECORDS}
+        if r["mode"] == "fetch-only":
+            assert r["target_topic"] is None and r["latency_ms_samples"] == []
+            assert r["cpu_basis"] == "rusage-at-exit" and r["fetch_impl"] == "raw"
+        else:
+            assert r["cpu_basis"] == "tree-sampled-at-catch-up"
+            assert len(r["latency_ms_samples"]) == PROBES, where
+            assert all(x > 0 for x in r["latency_ms_samples"])
+        if r["mode"] != "external":  # sh -c may die of the SIGTERM itself: any status goes
+            assert r["exit_code"] == 0, where
+    assert records[-1]["target_topic"].endswith(".copy")
+
+    # The last runs' targets are still there: compare them with the source record by record.
+    last = records[-len(modes):]
+    source_topic = last[-1]["command"][2].split("--topic ")[1].split()[0]
+    expected = read_topic(source_cluster, source_topic)
+    compared = []
+    for r in last:
+        if r["mode"] in ("deep-confluent", "shallow", "external") and r is _last_of(last, r):
+            got = read_topic(target_cluster, r["target_topic"])
+            assert sum(map(len, got.values())) == RECORDS
+            assert compare_topics(expected, got, topic=r["target_topic"]) == [], r["mode"]
+            compared.append(r["mode"])
+    assert "external" in compared and "deep-confluent" in compared
+
+
+def _last_of(records: list[dict], r: dict) -> dict:
+    """Only the last run writing to a target topic left it intact (later runs re-create it)."""
+    return [x for x in records if x["target_topic"] == r["target_topic"]][-1]
+
+
+def test_bad_configuration_is_reported_before_anything_runs():
+    config = BenchConfig(workloads=expand(["lz4"], [10], [1024], [1], [10]),
+                         modes=["shallow", "deep-java", "external"], repeats=0,
+                         source_bootstrap="127.0.0.1:1")
+    problems = config.problems()
+    assert any("deep-java" in p for p in problems)
+    assert any("--external-cmd" in p for p in problems)
+    assert any("both source and target" in p for p in problems)
+    assert any("repeats" in p for p in problems)
+    with pytest.raises(ValueError):
+        run_bench(config, lambda record: None)
