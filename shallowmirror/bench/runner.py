@@ -62,7 +62,7 @@ class BenchConfig:
     target_bootstrap: str | None = None
     external_cmd: str | None = None
     external_target_topic: str = "{topic}"
-    fetch_impl: str = "raw"
+    fetch_impl: str = "engine"
     linger_ms: int = 5
     latency_probes: int = 20
     run_timeout_s: float = 900.0

@@ -2,7 +2,10 @@
 
 The ceiling for a mirror on this source: how fast the source serves the bytes to one process.
 
-- ``--fetch-impl raw`` (default): raw Fetch v4 requests through one connection per leader, all
+- ``--fetch-impl engine`` (default): the engine's own fetch-only reader
+  (``shallowmirror.engine.rawfetch.fetch_all``: the engine's connections and Fetch path, batches
+  split, nothing forwarded) — the fair ceiling for the shallow mode, which adds only producing.
+- ``--fetch-impl raw``: raw Fetch v4 requests through one connection per leader, all
   partitions in each request (rotated so tansu, which gives the whole response budget to the first
   partition listed, serves each in turn), batches split and counted but never decompressed —
   the same work as the fetch side of a shallow mirror.
@@ -23,14 +26,32 @@ from shallowmirror.bench.modes import common
 def main(argv: list[str] | None = None) -> int:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--records", type=int, required=True, help="records to read in all")
-    p.add_argument("--fetch-impl", choices=("raw", "confluent"), default="raw")
-    p.add_argument("--max-bytes", type=int, default=8 << 20, help="Fetch max_bytes (raw)")
+    p.add_argument("--fetch-impl", choices=("engine", "raw", "confluent"), default="engine")
+    p.add_argument("--max-bytes", type=int, default=16 << 20,
+                   help="Fetch max_bytes (engine, raw)")
     args = p.parse_args(argv)
     stop = common.stop_on_signals()
-    read = _raw if args.fetch_impl == "raw" else _confluent
+    read = {"engine": _engine, "raw": _raw, "confluent": _confluent}[args.fetch_impl]
     records, nbytes = read(args, stop)
     common.emit("done", time=time.time(), records=records, bytes=nbytes, impl=args.fetch_impl)
     return 0
+
+
+def _engine(args, stop) -> tuple[int, int]:
+    import asyncio
+
+    from shallowmirror.engine.rawfetch import fetch_all
+
+    async def read_all() -> tuple[int, int]:
+        # Topics concurrently, as the mirror fetches them; each to the end it sees.
+        results = await asyncio.gather(*(
+            fetch_all({"bootstrap.servers": args.source}, topic, keep=False,
+                      max_bytes=args.max_bytes) for topic in args.topic))
+        return (sum(totals.records for _, totals in results),
+                sum(totals.bytes for _, totals in results))
+
+    common.emit("ready", time=time.time())
+    return asyncio.run(read_all())
 
 
 def _raw(args, stop) -> tuple[int, int]:

@@ -28,12 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     from shallowmirror.engine import mirror
 
     suffix = args.target_suffix
-    source_config = {"bootstrap.servers": args.source, "group.id": args.group,
-                     "auto.offset.reset": "earliest"}
-    target_config = {"bootstrap.servers": args.target}
+    # One engine takes every partition (like the deep modes' assign()): no group rebalance
+    # wait, which tansu stretches to session.timeout/2.
+    settings = {"group.id": args.group, "partition.assignment": "all",
+                "auto.offset.reset": "earliest", **dict(args.setting)}
     common.emit("ready", time=time.time())
-    mirror(source_config, target_config, list(args.topic),
-           topic_mapper=lambda topic: topic + suffix, stop=stop, **dict(args.setting))
+    mirror({"bootstrap.servers": args.source}, {"bootstrap.servers": args.target},
+           list(args.topic), topic_mapper=lambda topic: topic + suffix, stop=stop, **settings)
     return 0
 
 
