@@ -46,7 +46,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("needs_real_kafka")
-    if marker is not None and "integration" in item.keywords and not _using_external():
+    if marker is not None and not _using_external():
         why = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
         pytest.skip(f"needs real Apache Kafka, not embedded tansu{': ' + why if why else ''} "
                     f"(set {embedded.SOURCE_ENV} and {embedded.TARGET_ENV})")

@@ -4,6 +4,7 @@ processes gone by pid."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -221,3 +222,44 @@ def test_session_brokers_are_children_of_this_process(clusters):
         pytest.skip("external clusters are not ours to track")
     children = {p.pid for p in psutil.Process().children(recursive=True)}
     assert {c.pid for c in clusters} <= children
+
+
+def _demo(*args: str) -> subprocess.Popen:
+    # SIG_DFL for SIGINT: a shell's background job may have inherited "ignore".
+    return subprocess.Popen(
+        [sys.executable, "-m", "shallowmirror.demo", *args], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _demo_broker_pids(stdout: str) -> list[int]:
+    return [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in stdout.splitlines()
+            if "(tansu pid" in line]
+
+
+def test_demo_runs_and_stops_its_brokers():
+    proc = _demo("--records", "300")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    for codec in CODECS:
+        assert f"demo-{codec}" in out
+    assert "ratio" in out
+    assert out.count("identical") == len(CODECS) or "mirroring skipped" in out
+    pids = _demo_broker_pids(out)
+    assert len(pids) == 2 and all(_gone(pid) for pid in pids)
+
+
+def test_demo_stops_its_brokers_on_ctrl_c():
+    proc = _demo("--records", "200000")
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        pids = _demo_broker_pids("".join(lines))
+        assert len(pids) == 2, lines
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130
+    assert all(_gone(pid) for pid in pids)
