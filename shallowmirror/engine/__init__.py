@@ -1,6 +1,22 @@
 """The shallow mirror engine: fetch RecordBatches from a source cluster and produce them,
-byte-for-byte, to a target cluster; track offsets, share partitions, report metrics."""
+byte-for-byte, to a target cluster; track offsets, share partitions, report metrics.
 
+``MirrorEngine`` routes by a topic mapper; ``BatchForwarder`` lets a program decide per batch;
+``mirror``/``mirror_async`` are the one-call API. Settings: ``ENGINE_SETTINGS``.
+"""
+
+from .api import ensure_target_topics, mirror, mirror_async
+from .batch import EngineStats, FetchedBatch, PartitionStats
 from .config import ENGINE_SETTINGS
+from .core import MessageTooLargeError
+from .engine import MirrorEngine, identity_mapper, prefix_mapper
+from .forwarder import BatchForwarder
+from .metrics import JsonLinesMetricsSink, ListMetricsSink, MetricsSink, NullMetricsSink
+from .offsets import MapRow, OffsetMap
 
-__all__ = ["ENGINE_SETTINGS"]
+__all__ = [
+    "ENGINE_SETTINGS", "BatchForwarder", "EngineStats", "FetchedBatch", "JsonLinesMetricsSink",
+    "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
+    "NullMetricsSink", "OffsetMap", "PartitionStats", "ensure_target_topics", "identity_mapper",
+    "mirror", "mirror_async", "prefix_mapper",
+]
