@@ -424,9 +424,16 @@ def filter_batches(batches, *, int64_t fetch_offset, aborted_transactions=None,
     return kept
 
 
-cdef inline void _check_range(str name, object value, object low, object high) except *:
+# Python ints, built once: the range checks must accept any int and raise ValueError as the twin.
+cdef object _INT16_MIN = -(1 << 15), _INT16_MAX = (1 << 15) - 1
+cdef object _INT32_MIN = -(1 << 31), _INT32_MAX = (1 << 31) - 1
+cdef object _INT64_MIN = -(1 << 63), _INT64_MAX = (1 << 63) - 1
+
+
+cdef inline int _check_range(str name, object value, object low, object high) except -1:
     if not low <= value <= high:
         raise ValueError(f"{name} {value} out of range [{low}, {high}]")
+    return 0
 
 
 def rewrite_for_produce(BatchView batch, *, producer_id=-1, producer_epoch=-1, base_sequence=-1,
@@ -445,9 +452,9 @@ def rewrite_for_produce(BatchView batch, *, producer_id=-1, producer_epoch=-1, b
             f"batch has offset gaps (record count {batch.record_count}, last offset delta "
             f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
             Where(offset=batch.base_offset, position=batch.position))
-    _check_range("producer_id", producer_id, -(1 << 63), (1 << 63) - 1)
-    _check_range("producer_epoch", producer_epoch, -(1 << 15), (1 << 15) - 1)
-    _check_range("base_sequence", base_sequence, -(1 << 31), (1 << 31) - 1)
+    _check_range("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
+    _check_range("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
+    _check_range("base_sequence", base_sequence, _INT32_MIN, _INT32_MAX)
     cdef int64_t pid = producer_id
     cdef int16_t epoch = producer_epoch
     cdef int32_t seq = base_sequence
