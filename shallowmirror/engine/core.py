@@ -466,17 +466,22 @@ class EngineCore:
             log.info("%s: skipping to %d (%s)", self._where(sp.tp), position, why)
             sp.offsets.add_gap(position)
 
-    def stop_partition(self, sp: SourcePartition, err: BaseException) -> None:
-        """A partition-level fault: stop it, forward nothing more of it, keep its offset."""
+    def stop_partition(self, sp: SourcePartition, err: BaseException, *,
+                       abandon_pending: bool = True) -> None:
+        """A partition-level fault: stop it, forward nothing more of it, keep its offset.
+
+        ``abandon_pending=False`` (a fault found while fetching) lets the good batches fetched
+        before the fault finish, so the position stops exactly at the faulty batch."""
         if sp.error is not None:
             return
         sp.errors += 1
         sp.error = str(err)
         self._detach_source(sp)
-        for entry in sp.offsets.unacked():
-            if isinstance(entry.payload, FetchedBatch):
-                entry.payload.abandoned = True
-        sp.offsets.abandon_pending()
+        if abandon_pending:
+            for entry in sp.offsets.unacked():
+                if isinstance(entry.payload, FetchedBatch):
+                    entry.payload.abandoned = True
+            sp.offsets.abandon_pending()
         log.error("partition stopped, nothing more forwarded from it and its committed offset "
                   "stays at %d: %s", sp.offsets.committed, err)
 
@@ -545,8 +550,7 @@ class EngineCore:
             log.info("%s: target answered DUPLICATE_SEQUENCE_NUMBER: batch already written, "
                      "its target offset is unknown (recorded as unknown in the offset map)",
                      self._where((batch.topic, batch.partition), batch.source_base))
-        if (batch.abandoned or sp is None or batch.entry is None or batch.entry.acked
-                or sp.error is not None):
+        if batch.abandoned or sp is None or batch.entry is None or batch.entry.acked:
             batch._finish(target_base, None)
             return
         sp.offsets.ack(batch.entry, target_base)

@@ -173,10 +173,20 @@ class Source:
         position = sp.fetch_position
         where = Where(cluster=self.core.source_alias, topic=sp.topic, partition=sp.partition,
                       offset=position)
+        fault: LocatedError | None = None
         try:
-            split = codec.split_batches(records, verify_crc=self.verify_crc, topic=sp.topic,
-                                        partition=sp.partition)
+            try:
+                split = codec.split_batches(records, verify_crc=self.verify_crc, topic=sp.topic,
+                                            partition=sp.partition)
+            except CorruptDataError as err:
+                # Forward the whole batches before the fault, then stop at it.
+                fault = err
+                cut = err.where.position or 0
+                split = codec.split_batches(records[:cut], verify_crc=self.verify_crc,
+                                            topic=sp.topic, partition=sp.partition)
             if not split.batches:
+                if fault is not None:
+                    raise fault
                 return
             aborted = (list(part.aborted_transactions or []) if self.read_committed else None)
             kept = codec.filter_batches(split.batches, fetch_offset=position,
@@ -190,7 +200,8 @@ class Source:
         except LocatedError as err:
             if isinstance(err, (CorruptDataError, UnsupportedFormatError)):
                 self.core.stop_partition(sp, err.at(cluster=self.core.source_alias,
-                                                    topic=sp.topic, partition=sp.partition))
+                                                    topic=sp.topic, partition=sp.partition),
+                                         abandon_pending=False)
                 return
             raise
         for batch in batches:
@@ -200,6 +211,10 @@ class Source:
         sp.offsets.add_gap(end)
         for batch in batches:
             self.core.deliver(sp, batch)
+        if fault is not None:
+            self.core.stop_partition(sp, fault.at(cluster=self.core.source_alias,
+                                                  topic=sp.topic, partition=sp.partition),
+                                     abandon_pending=False)
 
     def _prepare(self, sp: SourcePartition, kept: list, lease: FrameLease,
                  where: Where) -> list[FetchedBatch]:
