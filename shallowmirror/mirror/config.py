@@ -117,6 +117,10 @@ MIRROR_SETTINGS = SettingsTable(
         Setting("abort.on.send.failure", "bool", False,
                 "Stop the whole process when a flow fails (MirrorMaker 1 semantics); otherwise "
                 "the flow is restarted with backoff and the others keep going.", scope="flow"),
+        Setting("task.shutdown.graceful.timeout.ms", "int", 30000,
+                "On SIGTERM/SIGINT, how long a flow may take to finish in-flight batches and "
+                "commit before the process gives up on it (exit status 1; records after the "
+                "last commit are mirrored again on restart).", scope="flow", minimum=0),
         Setting("status.interval.seconds", "float", 30.0,
                 "Period of the status line (per flow: MB/s, records/s, lag); 0 turns it off.",
                 scope="process", minimum=0),

@@ -56,7 +56,16 @@ class DeepFlowRunner:
         self.flow = flow
         self.topic_mapper = topic_mapper
         self.codec_for_topic = codec_for_topic or (lambda topic: None)
-        self._settings = dict(settings)
+        try:
+            from shallowmirror.engine.config import resolve_settings
+
+            # The engine's defaults (auto.offset.reset=earliest, ...), not librdkafka's (latest).
+            settings = resolve_settings(settings, context=f"flow {flow}")
+        except ImportError:  # pragma: no cover - the engine ships with the package
+            settings = dict(settings)
+        settings = {**settings, "group.id": settings.get("group.id") or
+                    "shallowmirror-" + flow.replace("->", "-")}
+        self._settings = settings
         self._commit_interval_s = float(settings.get("offset.commit.interval.ms", 5000)) / 1000
         self._source_config = self._consumer_config(source_config, settings)
         self._target_config = self._producer_config(target_config, settings)

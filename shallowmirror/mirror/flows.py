@@ -59,16 +59,19 @@ class FlowRunner:
     """Runs one ``FlowConfig`` until stopped."""
 
     def __init__(self, flow: FlowConfig, *, metrics_sink: Any = None,
-                 admin_timeout_s: float = 15.0):
+                 admin_timeout_s: float | None = None):
         self.flow = flow
         self.metrics_sink = metrics_sink
-        self.admin_timeout_s = admin_timeout_s
+        self.admin_timeout_s = float(flow.engine_settings.get("request.timeout.ms", 15000)) / 1000 \
+            if admin_timeout_s is None else admin_timeout_s
         self.sync: TopicSync | None = None
         self.runners: list[Any] = []
         self.ready_topics: list[str] = []
         self.source_topic_count: int | None = None
         self.state = "starting"
         self.restarts = 0
+        #: True when the flow had to be abandoned at shutdown (no final commit).
+        self.unclean = False
         self._source_codecs: dict[str, str] = {}
 
     @property
@@ -180,14 +183,21 @@ class FlowRunner:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         finally:
             local.set()
-            # Runners finish in-flight batches and commit; give them the time they need.
-            await asyncio.wait(tasks, timeout=120)
+            # Runners finish in-flight batches and commit, within the graceful timeout.
+            grace_s = self.flow.settings["task.shutdown.graceful.timeout.ms"] / 1000
+            _done, pending = await asyncio.wait(tasks, timeout=grace_s)
             relay.cancel()
-            for task in tasks:
-                if not task.done():
+            if pending:
+                self.unclean = True
+                log.error("flow %s: did not stop within task.shutdown.graceful.timeout.ms="
+                          "%d; giving up on it (records after its last commit will be "
+                          "mirrored again)", self.name,
+                          self.flow.settings["task.shutdown.graceful.timeout.ms"])
+                for task in pending:
                     task.cancel()
+                await asyncio.wait(pending, timeout=5)
         for task in tasks:
-            if not task.cancelled() and task.exception() is not None:
+            if task.done() and not task.cancelled() and task.exception() is not None:
                 self.state = "failed"
                 raise task.exception()
         self.state = "stopped"

@@ -192,6 +192,8 @@ class MirrorProcess:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)
+        if any(f.unclean for f in self.flows):
+            self.exit_code = self.exit_code or 1
         summary = summarize(self.snapshots(), wall_s=time.monotonic() - started,
                             cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up)
         self._report(summary)

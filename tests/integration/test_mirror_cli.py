@@ -1,0 +1,352 @@
+"""`shallowmirror mirror` / `legacy` as a subprocess against real brokers.
+
+Each test runs the CLI the way an operator would (a properties file, flags, signals) and checks
+the target record for record with the topic reader. Tests share the session's clusters and keep
+to their own unique topics (``topics = <their names>``), so they run against a shared real Kafka
+too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from shallowmirror.mirror.clients import admin_client
+from shallowmirror.mirror.topic_sync import explicit_configs
+from shallowmirror.testing.topics import assert_same_records, read_topic
+from shallowmirror.testing.workload import Workload, load
+
+#: Short group timings: tansu holds JoinGroup for session.timeout.ms / 2.
+FAST = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "500",
+        "metadata.max.age.ms": "1000",
+        "status.interval.seconds": "5"}
+
+
+def mm2_properties(path: Path, source, target, **keys: str) -> Path:
+    """An mm2.properties with clusters A (source fixture) and B (target fixture)."""
+    lines = ["clusters = A, B", f"A.bootstrap.servers = {source.bootstrap}",
+             f"B.bootstrap.servers = {target.bootstrap}"]
+    lines += [f"{k} = {v}" for k, v in {**FAST, **keys}.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "shallowmirror", *args]
+
+
+def run_cli(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """Run `shallowmirror ARGS` to completion; stdout/stderr captured as text."""
+    try:
+        return subprocess.run(command(*args), capture_output=True, text=True,
+                              timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except subprocess.TimeoutExpired as err:
+        stderr = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else ""
+        raise AssertionError(f"shallowmirror {' '.join(args)} did not exit within "
+                             f"{timeout_s:.0f}s; its log:\n{stderr[-6000:]}") from None
+
+
+def run_until_caught_up(*args: str, timeout_s: float = 90) -> subprocess.CompletedProcess:
+    result = run_cli(*args, "--exit-when-caught-up", "--caught-up-timeout", str(timeout_s),
+                     timeout_s=timeout_s + 60)
+    assert result.returncode == 0, f"mirror failed ({result.returncode}):\n{result.stderr[-4000:]}"
+    return result
+
+
+class Background:
+    """`shallowmirror ARGS` running in the background; always stopped by its pid."""
+
+    def __init__(self, *args: str, log_path: Path):
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(command(*args), stdout=self._log,
+                                        stderr=subprocess.STDOUT, text=True,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        """SIGTERM, then wait for the graceful exit; the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._log.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str,
+             proc: Background | None = None) -> None:
+    """Poll ``condition`` until true; fail with ``what`` (and the mirror's log) otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if proc is not None and proc.process.poll() is not None:
+            raise AssertionError(f"mirror exited ({proc.process.returncode}) while waiting for "
+                                 f"{what}:\n{proc.log()[-4000:]}")
+        time.sleep(0.5)
+    log = proc.log()[-4000:] if proc is not None else ""
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{log}")
+
+
+pytestmark = pytest.mark.integration
+
+
+def _load(cluster, topic: str, records: int = 3000, partitions: int = 3, codec: str = "lz4",
+          **kw):
+    return load(cluster, Workload(topic, records=records, partitions=partitions, codec=codec,
+                                  value_bytes=200, **kw))
+
+
+def _count(cluster, topic: str) -> int:
+    try:
+        return sum(len(v) for v in read_topic(cluster, topic, timeout_s=10).values())
+    except Exception:  # noqa: BLE001 - not there yet
+        return -1
+
+
+def _same(source, topic, target, remote) -> None:
+    assert_same_records(read_topic(source, topic), read_topic(target, remote), topic=remote)
+
+
+def _flow(**keys):
+    return {"A->B.enabled": "true", **keys}
+
+
+# -- MirrorMaker 2 configurations -----------------------------------------------------------------
+
+
+def test_mm2_default_policy_mirrors_record_for_record(source_cluster, target_cluster, tmp_path,
+                                                       unique_topic):
+    orders = unique_topic("orders")
+    _load(source_cluster, orders, codec="zstd")
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=orders))
+    result = run_until_caught_up("mirror", str(config), "--summary-json",
+                                 str(tmp_path / "summary.json"))
+    _same(source_cluster, orders, target_cluster, f"A.{orders}")
+    assert "caught up" in result.stdout and "3,000 records" in result.stdout
+    # The remote topic got the source's partitions and compression.type=producer.
+    admin = admin_client({"bootstrap.servers": target_cluster.bootstrap}, what="test")
+    assert len(admin.list_topics(timeout=10).topics[f"A.{orders}"].partitions) == 3
+    resource = ConfigResource(ResourceType.TOPIC, f"A.{orders}")
+    configs = explicit_configs(admin.describe_configs([resource])[resource].result(10))
+    assert configs.get("compression.type", "producer") == "producer"
+
+
+def test_bidirectional_flows_do_not_loop(source_cluster, target_cluster, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    orders, payments = f"orders-{tag}", f"payments-{tag}"
+    _load(source_cluster, orders, records=1000, partitions=2)
+    _load(target_cluster, payments, records=1000, partitions=2, codec="gzip")
+    # Both flows see every topic of the test, remote ones included: only cycle detection keeps
+    # A.orders (on B) from going back to A, and B.payments (on A) from going back to B.
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **{"A->B.enabled": "true", "B->A.enabled": "true",
+                               "topics": f".*{tag}"})
+    run_until_caught_up("mirror", str(config))
+    # A second run sees the remote topics created by the first and still must not loop.
+    run_until_caught_up("mirror", str(config))
+    _same(source_cluster, orders, target_cluster, f"A.{orders}")
+    _same(target_cluster, payments, source_cluster, f"B.{payments}")
+    for cluster in (source_cluster, target_cluster):
+        admin = admin_client({"bootstrap.servers": cluster.bootstrap}, what="test")
+        names = [t for t in admin.list_topics(timeout=10).topics if tag in t]
+        assert set(names) in ({orders, f"B.{payments}"}, {f"A.{orders}", payments}), names
+
+
+def test_identity_policy_keeps_topic_names(source_cluster, target_cluster, tmp_path,
+                                           unique_topic):
+    topic = unique_topic("ident")
+    _load(source_cluster, topic, codec="snappy")
+    config = mm2_properties(
+        tmp_path / "mm2.properties", source_cluster, target_cluster,
+        **_flow(topics=topic, **{"replication.policy.class":
+                                 "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"}))
+    run_until_caught_up("mirror", str(config))
+    _same(source_cluster, topic, target_cluster, topic)
+
+
+def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_path,
+                                            unique_topic):
+    topic = unique_topic("deep")
+    _load(source_cluster, topic, records=2000, codec="gzip")
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=topic))
+    result = run_until_caught_up("mirror", str(config), "--deep")
+    _same(source_cluster, topic, target_cluster, f"A.{topic}")
+    assert "(deep)" in result.stdout
+
+
+# -- MirrorMaker 1 flags ---------------------------------------------------------------------------
+
+
+def test_legacy_mirrormaker1_flags(source_cluster, target_cluster, tmp_path, unique_topic):
+    first, second, other = unique_topic("mm1a"), unique_topic("mm1b"), unique_topic("other")
+    for topic in (first, second, other):
+        _load(source_cluster, topic, records=800, partitions=2)
+    consumer = tmp_path / "consumer.properties"
+    consumer.write_text(f"bootstrap.servers={source_cluster.bootstrap}\n"
+                        f"group.id=mm1-{uuid.uuid4().hex[:6]}\n"
+                        "session.timeout.ms=2000\nheartbeat.interval.ms=500\n"
+                        "key.deserializer=org.apache.kafka.common.serialization."
+                        "ByteArrayDeserializer\n")
+    producer = tmp_path / "producer.properties"
+    producer.write_text(f"bootstrap.servers={target_cluster.bootstrap}\nacks=all\n")
+    run_until_caught_up("legacy", "--consumer.config", str(consumer), "--producer.config",
+                        str(producer), "--include", f"{first}, {second}", "--num.streams", "1",
+                        "--offset.commit.interval.ms", "500", "--abort.on.send.failure",
+                        "true")
+    _same(source_cluster, first, target_cluster, first)
+    _same(source_cluster, second, target_cluster, second)
+    admin = admin_client({"bootstrap.servers": target_cluster.bootstrap}, what="test")
+    assert other not in admin.list_topics(timeout=10).topics
+
+
+# -- a running mirror --------------------------------------------------------------------------------
+
+
+def test_running_mirror_picks_up_new_topics_and_config_changes(
+        source_cluster, target_cluster, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    early, late = f"early-{tag}", f"late-{tag}"
+    _load(source_cluster, early, records=500, partitions=1,
+          topic_config={"retention.ms": "86400000"})
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=f".*-{tag}",
+                                    **{"refresh.topics.interval.seconds": "1",
+                                       "sync.topic.configs.interval.seconds": "1"}))
+    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
+    try:
+        wait_for(lambda: _count(target_cluster, f"A.{early}") == 500, 60, "the first topic",
+                 mirror)
+        _load(source_cluster, late, records=700, partitions=2)
+        wait_for(lambda: _count(target_cluster, f"A.{late}") == 700, 60,
+                 "the topic created while running", mirror)
+
+        source_admin = admin_client({"bootstrap.servers": source_cluster.bootstrap}, what="t")
+        target_admin = admin_client({"bootstrap.servers": target_cluster.bootstrap}, what="t")
+        change = ConfigResource(ResourceType.TOPIC, early, incremental_configs=[ConfigEntry(
+            "retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+        source_admin.incremental_alter_configs([change])[change].result(10)
+        remote = ConfigResource(ResourceType.TOPIC, f"A.{early}")
+
+        def retention() -> str | None:
+            described = target_admin.describe_configs([remote])[remote].result(10)
+            return explicit_configs(described).get("retention.ms")
+
+        wait_for(lambda: retention() == "3600000", 30, "the config change", mirror)
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+    finally:
+        mirror.stop()
+    _same(source_cluster, early, target_cluster, f"A.{early}")
+    _same(source_cluster, late, target_cluster, f"A.{late}")
+
+
+def test_sigterm_then_restart_loses_nothing(source_cluster, target_cluster, tmp_path,
+                                            unique_topic):
+    topic = unique_topic("restart")
+    first = _load(source_cluster, topic, records=20000, partitions=3)
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=topic))
+    mirror = Background("mirror", str(config), log_path=tmp_path / "first.log")
+    try:
+        wait_for(lambda: _count(target_cluster, f"A.{topic}") > 0, 60, "the first records",
+                 mirror)
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+    finally:
+        mirror.stop()
+    assert "committing offsets" in mirror.log()
+    # More records while the mirror is down, with the same seed-independent topic.
+    load(source_cluster, Workload(topic, records=5000, partitions=3, codec="lz4",
+                                  value_bytes=200, create_topic=False, seed=1))
+    run_until_caught_up("mirror", str(config))
+    expected = read_topic(source_cluster, topic)
+    assert sum(len(v) for v in expected.values()) == first.record_count + 5000
+    # Exactly the source: nothing lost, nothing written twice.
+    assert_same_records(expected, read_topic(target_cluster, f"A.{topic}"))
+
+
+# -- bad configuration ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keys,args,message", [
+    ({"clusters": "A, B", "A.bootstrap.servers": "127.0.0.1:1", "A->B.enabled": "true"}, [],
+     "cluster 'B' has no bootstrap servers: set B.bootstrap.servers"),
+    ({"clusters": "A, B", "A.bootstrap.servers": "127.0.0.1:1",
+      "B.bootstrap.servers": "127.0.0.1:2", "A->C.enabled": "true"}, [],
+     "A->C: unknown cluster alias 'C' (clusters: A, B)"),
+    ({"clusters": "A, B", "A.bootstrap.servers": "127.0.0.1:1",
+      "B.bootstrap.servers": "127.0.0.1:2", "A->B.enabled": "true", "topics": "orders[0-9"},
+     [], "bad regex 'orders[0-9'"),
+    ({"clusters": "A, B", "A.bootstrap.servers": "127.0.0.1:1",
+      "B.bootstrap.servers": "127.0.0.1:2", "A->B.enabled": "true", "topics.exclude": "x",
+      "topics.blacklist": "y"}, [], "topics.exclude and topics.blacklist"),
+    ({"clusters": "A, B", "A.bootstrap.servers": "127.0.0.1:1",
+      "B.bootstrap.servers": "127.0.0.1:2", "A->B.enabled": "true"},
+     ["--caught-up-timeout", "5"], "--caught-up-timeout needs --exit-when-caught-up"),
+])
+def test_bad_configuration_fails_before_running_with_a_clear_message(tmp_path, keys, args,
+                                                                     message):
+    path = tmp_path / "mm2.properties"
+    path.write_text("\n".join(f"{k} = {v}" for k, v in keys.items()) + "\n")
+    result = run_cli("mirror", str(path), *args, timeout_s=60)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "invalid configuration" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_config_file_and_legacy_errors(tmp_path):
+    result = run_cli("mirror", str(tmp_path / "nope.properties"))
+    assert result.returncode == 2 and "cannot read" in result.stderr
+    consumer = tmp_path / "c.properties"
+    consumer.write_text("group.id=g\n")
+    result = run_cli("legacy", "--consumer.config", str(consumer), "--producer.config",
+                     str(consumer), "--include", "a", "--whitelist", "b")
+    assert result.returncode == 2
+    assert "--include and --whitelist" in result.stderr
+    assert "bootstrap.servers is required" in result.stderr
+
+
+def test_unknown_key_warns_with_the_closest_known_key(tmp_path):
+    path = tmp_path / "mm2.properties"
+    path.write_text("clusters = A, B\nA.bootstrap.servers = 127.0.0.1:1\n"
+                    "B.bootstrap.servers = 127.0.0.1:2\nA->B.enabled = true\n"
+                    "refresh.topic.interval.seconds = 5\n")
+    result = run_cli("mirror", str(path), "--check")
+    assert result.returncode == 0, result.stderr
+    assert ("unknown configuration key 'refresh.topic.interval.seconds'; did you mean "
+            "'refresh.topics.interval.seconds'?") in result.stderr
+    assert "configuration OK" in result.stdout
+
+
+def test_unreachable_cluster_is_retried_with_a_clear_message(tmp_path):
+    from shallowmirror.testing.embedded import free_port
+
+    path = tmp_path / "mm2.properties"
+    path.write_text(f"clusters = A, B\nA.bootstrap.servers = 127.0.0.1:{free_port()}\n"
+                    f"B.bootstrap.servers = 127.0.0.1:{free_port()}\nA->B.enabled = true\n"
+                    "request.timeout.ms = 1000\n")
+    result = run_cli("mirror", str(path), "--exit-when-caught-up", "--caught-up-timeout", "4",
+                     timeout_s=60)
+    assert result.returncode == 1
+    assert "cluster A did not answer Metadata" in result.stderr
+    assert "retrying in" in result.stderr
