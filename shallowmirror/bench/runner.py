@@ -36,6 +36,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import psutil
+
 from shallowmirror import __version__, codec
 from shallowmirror.bench import load as loader
 from shallowmirror.bench import machine, topics
@@ -95,6 +97,17 @@ class Clusters:
     source: str
     target: str
     embedded: bool
+    #: alias -> broker pid, for embedded clusters (their CPU is reported per run).
+    broker_pids: dict[str, int] = field(default_factory=dict)
+
+    def broker_cpu(self) -> dict[str, float]:
+        """alias -> cumulative user+sys CPU seconds of each embedded broker process."""
+        out = {}
+        for alias, pid in self.broker_pids.items():
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(pid).cpu_times()
+                out[alias] = times.user + times.system
+        return out
 
 
 @contextlib.contextmanager
@@ -106,7 +119,8 @@ def clusters_for(config: BenchConfig) -> Iterator[Clusters]:
     from shallowmirror.testing.embedded import embedded_clusters
 
     with embedded_clusters("bench-source", "bench-target") as (source, target):
-        yield Clusters(source.bootstrap, target.bootstrap, True)
+        yield Clusters(source.bootstrap, target.bootstrap, True,
+                       {"source": source.pid, "target": target.pid})
 
 
 def run_bench(config: BenchConfig, emit: Callable[[dict], None]) -> list[dict]:
@@ -159,6 +173,7 @@ def run_once(config: BenchConfig, clusters: Clusters, workload: Workload,
         "embedded_clusters": clusters.embedded, "cpu_basis": None,
         "latency_method": LATENCY_METHOD, "exit_code": None, "command": None,
         "process_wall_s": None, "process_cpu_s": None, "startup_s": None, "startup_cpu_s": None,
+        "broker_cpu_s": None,
     }
     try:
         _run(config, clusters, workload, source, mode, run_id, record)
@@ -222,6 +237,7 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
     ready: dict = {}
     total_cpu: tuple[float, float] | None = None
     try:
+        brokers_before = clusters.broker_cpu()
         record["started_at"] = time.time()
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr_file,
@@ -232,6 +248,12 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         reader.start()
         caught_up = _wait_caught_up(config, proc, watcher, source, record, t0, bar, done_lines,
                                     reader)
+        if caught_up:
+            # The embedded brokers share this machine's CPUs with the mode: what they spent
+            # from process start to catch-up tells whether the mode or a broker was the limit.
+            after = clusters.broker_cpu()
+            record["broker_cpu_s"] = {alias: round(after[alias] - brokers_before[alias], 3)
+                                      for alias in after if alias in brokers_before} or None
         if caught_up and mirrors:
             # The instant the last record is seen: CPU of the tree now, before any idling.
             sampler.sample()

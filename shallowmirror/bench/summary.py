@@ -1,7 +1,7 @@
 """Medians, spreads and ratios over ``bench_run`` records, and the table the CLI prints.
 
 Per (workload, mode), over the ok repeats: median and min..max of MB/s (compressed source bytes
-per wall second), CPU seconds per compressed GB (user + sys of the mode's process tree), peak RSS,
+per wall second), CPU seconds per compressed GB (1e9 bytes) (user + sys of the mode's process tree), peak RSS,
 and latency p50/p99 over all samples. Ratios per workload: deep CPU/GB over shallow CPU/GB, and
 shallow MB/s over fetch-only MB/s (the issue's goals).
 """
@@ -113,13 +113,14 @@ def _f(value: float | None, fmt: str = "{:.1f}") -> str:
 
 def format_table(table: list[Row]) -> str:
     """A plain-text (Markdown-compatible) table, one line per workload and mode."""
-    head = ("| workload | mode | runs | MB/s (min..max) | CPU s/GB (min..max) | peak RSS MB "
-            "| lat p50/p99 ms |")
-    lines = [head, "|" + "---|" * 7]
+    head = ("| workload | ratio | mode | runs | MB/s (min..max) | CPU s/GB (min..max) "
+            "| peak RSS MB | lat p50/p99 ms |")
+    lines = [head, "|" + "---|" * 8]
     for r in table:
         failed = f" ({r.failed} failed)" if r.failed else ""
         lines.append(
-            f"| {r.workload_id} | {r.mode} | {r.runs}{failed} "
+            f"| {r.workload_id} | {_f(r.compression_ratio, '{:.2f}x')} | {r.mode} "
+            f"| {r.runs}{failed} "
             f"| {_f(r.mb_s)} ({_f(r.mb_s_min)}..{_f(r.mb_s_max)}) "
             f"| {_f(r.cpu_s_per_gb)} ({_f(r.cpu_min)}..{_f(r.cpu_max)}) "
             f"| {_f(r.peak_rss_mb, '{:.0f}')} "

@@ -44,9 +44,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "{group}")
     p.add_argument("--external-target-topic", default="{topic}",
                    help="topic the external tool writes to, e.g. 'source.{topic}' for MM2")
-    p.add_argument("--fetch-impl", choices=("raw", "confluent"), default="raw",
-                   help="fetch-only baseline: raw Fetch requests (no decompression, the shallow "
-                        "ceiling) or a confluent-kafka consumer")
+    p.add_argument("--fetch-impl", choices=("engine", "raw", "confluent"), default="engine",
+                   help="fetch-only baseline: the engine's raw fetch reader or hand-made raw "
+                        "Fetch requests (no decompression: the shallow ceiling), or a confluent-kafka consumer")
+    p.add_argument("--shallow-setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine setting for the shallow mode, e.g. fetch.max.bytes=33554432 "
+                        "(repeatable)")
     p.add_argument("--latency-probes", type=int, default=20,
                    help="probe records per run for end-to-end latency (0: none)")
     p.add_argument("--run-timeout", type=float, default=900.0, help="seconds per run")
@@ -75,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         external_cmd=args.external_cmd, external_target_topic=args.external_target_topic,
         fetch_impl=args.fetch_impl, latency_probes=args.latency_probes,
         run_timeout_s=args.run_timeout, progress=args.progress,
+        mode_args={"shallow": [a for kv in args.shallow_setting for a in ("--setting", kv)]},
     )
     problems = config.problems()
     if problems:

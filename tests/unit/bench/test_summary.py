@@ -40,7 +40,7 @@ def test_medians_spread_failures_and_ratios():
     assert r["rss_deep-confluent_over_shallow"] == 5.0
     assert r["shallow_over_fetch_only_mb_s"] == 0.8      # 100 MB/s over 125 MB/s
     text = format_table(list(table.values()))
-    assert "| lz4-w | shallow | 4 (1 failed) | 100.0 (50.0..125.0) | 2.0 (1.0..3.0) | 80 |" in text
+    assert "| lz4-w | 3.00x | shallow | 4 (1 failed) | 100.0 (50.0..125.0) | 2.0 (1.0..3.0) | 80 |" in text
 
 
 def test_percentile_is_nearest_rank():
