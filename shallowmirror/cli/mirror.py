@@ -24,6 +24,8 @@ def add_process_options(p: argparse.ArgumentParser) -> None:
                    help="append JSON-lines metrics events to PATH (metrics.file)")
     p.add_argument("--summary-json", metavar="PATH",
                    help="write the exit summary (records, bytes, MB/s, CPU) as JSON to PATH")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="json: one JSON object per log line with flow/topic/partition fields")
     p.add_argument("--check", action="store_true",
                    help="validate the configuration, print the flows, and exit")
 
@@ -82,8 +84,10 @@ def describe(config) -> str:
 
 def start(config, args: argparse.Namespace) -> int:
     """Shared tail of `mirror` and `legacy`: --check or run."""
+    from shallowmirror.mirror import logs
     from shallowmirror.mirror.process import run_process
 
+    logs.configure(args.log_format)
     if args.check:
         print(describe(config))
         print("configuration OK")

@@ -8,11 +8,13 @@ too.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -126,6 +128,14 @@ def _same(source, topic, target, remote) -> None:
     assert_same_records(read_topic(source, topic), read_topic(target, remote), topic=remote)
 
 
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
 def _flow(**keys):
     return {"A->B.enabled": "true", **keys}
 
@@ -233,10 +243,20 @@ def test_running_mirror_picks_up_new_topics_and_config_changes(
                             **_flow(topics=f".*-{tag}",
                                     **{"refresh.topics.interval.seconds": "1",
                                        "sync.topic.configs.interval.seconds": "1"}))
-    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
+    from shallowmirror.testing.embedded import free_port
+
+    port = free_port()
+    metrics = tmp_path / "metrics.jsonl"
+    mirror = Background("mirror", str(config), "--prometheus-port", str(port),
+                        "--metrics-file", str(metrics), "--log-format", "json",
+                        log_path=tmp_path / "mirror.log")
     try:
         wait_for(lambda: _count(target_cluster, f"A.{early}") == 500, 60, "the first topic",
                  mirror)
+        wait_for(lambda: f'topic="{early}"' in _scrape(port), 30, "Prometheus metrics", mirror)
+        scraped = _scrape(port)
+        assert (f'shallowmirror_record_count_total{{partition="0",source="A",target="B",'
+                f'topic="{early}"}} 500.0') in scraped, scraped
         _load(source_cluster, late, records=700, partitions=2)
         wait_for(lambda: _count(target_cluster, f"A.{late}") == 700, 60,
                  "the topic created while running", mirror)
@@ -256,6 +276,11 @@ def test_running_mirror_picks_up_new_topics_and_config_changes(
         assert mirror.terminate() == 0, mirror.log()[-3000:]
     finally:
         mirror.stop()
+    events = [json.loads(line) for line in metrics.read_text().splitlines()]
+    flow_events = [e for e in events if e["kind"] == "flow" and e["topic"] == early]
+    assert sum(e["records"] for e in flow_events) == 500
+    logs = [json.loads(line) for line in mirror.log().splitlines() if line.startswith("{")]
+    assert any(e["flow"] == "A->B" and f"A.{late}" in e["message"] for e in logs)
     _same(source_cluster, early, target_cluster, f"A.{early}")
     _same(source_cluster, late, target_cluster, f"A.{late}")
 
