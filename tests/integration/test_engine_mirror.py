@@ -47,8 +47,12 @@ def test_every_codec_identical_records_and_batches(codec, source_cluster, target
     src_comp = {p: [(b.record_count, b.compression) for b in bs] for p, bs in src_batches.items()}
     dst_comp = {p: [(b.record_count, b.compression) for b in bs] for p, bs in dst_batches.items()}
     assert src_comp == dst_comp, "batch composition differs: something was re-batched"
+    # Per batch, the target codec is the source's (src_comp == dst_comp above). librdkafka sends
+    # a batch uncompressed when compression does not shrink it, so the source has a few such
+    # batches; most must carry the workload codec (proof the workload was compressed).
     expected_codec = CODECS.index(codec)
-    assert all(c == expected_codec for bs in dst_comp.values() for _, c in bs)
+    codecs = [c for bs in src_comp.values() for _, c in bs]
+    assert sum(c == expected_codec for c in codecs) >= 0.9 * len(codecs), codecs
     # Stamped with the mirror's own producer identity.
     assert {b.producer_id for bs in dst_batches.values() for b in bs} == {stats.producer_id}
     print(f"\n{codec}: {stats.batches} batches, {stats.bytes} bytes, "
