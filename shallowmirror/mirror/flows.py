@@ -287,12 +287,19 @@ class FlowRunner:
         pending = set(self.sync.topics) - set(self.ready_topics) - set(self.sync.errors())
         if pending:
             return False
+        # Every partition of every ready topic must be owned by a caught-up runner (a runner
+        # owning nothing, e.g. tasks.max above the partition count, is not asked).
+        expected = {(t, p) for t in self.ready_topics
+                    for p in range(self.sync.topics[t].source_partitions)}
+        owned: set[tuple[str, int]] = set()
         for runner in self.runners:
+            parts = set(runner.stats().partitions)
+            if not parts:
+                continue
+            owned |= parts
             try:
                 if not await runner.wait_caught_up(0.05):
                     return False
             except Exception:  # noqa: BLE001 - a failing runner is not caught up
                 return False
-        # Every ready topic must be owned by some runner (group assignment may still be moving).
-        owned = {k[0] for k in self.stats().partitions}
-        return set(self.ready_topics) <= owned
+        return expected <= owned

@@ -189,7 +189,9 @@ def test_identity_policy_keeps_topic_names(source_cluster, target_cluster, tmp_p
     config = mm2_properties(
         tmp_path / "mm2.properties", source_cluster, target_cluster,
         **_flow(topics=topic, **{"replication.policy.class":
-                                 "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"}))
+                                 "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+                                 # More engines than partitions: one owns nothing.
+                                 "A->B.tasks.max": "4"}))
     run_until_caught_up("mirror", str(config))
     _same(source_cluster, topic, target_cluster, topic)
 
