@@ -10,7 +10,7 @@ from .batch import EngineStats, FetchedBatch, PartitionStats
 from .config import ENGINE_SETTINGS
 from .core import MessageTooLargeError
 from .engine import MirrorEngine, identity_mapper, prefix_mapper
-from .forwarder import BatchForwarder
+from .forwarder import BatchForwarder, SyncBatchForwarder
 from .metrics import JsonLinesMetricsSink, ListMetricsSink, MetricsSink, NullMetricsSink
 from .offsets import MapRow, OffsetMap
 
@@ -18,5 +18,5 @@ __all__ = [
     "ENGINE_SETTINGS", "BatchForwarder", "EngineStats", "FetchedBatch", "JsonLinesMetricsSink",
     "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
     "NullMetricsSink", "OffsetMap", "PartitionStats", "ensure_target_topics", "identity_mapper",
-    "mirror", "mirror_async", "prefix_mapper",
+    "mirror", "mirror_async", "prefix_mapper", "SyncBatchForwarder",
 ]
