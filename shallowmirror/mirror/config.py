@@ -462,6 +462,11 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
     top, per_cluster, per_flow = _split_scopes(props, clusters)
     for key in top:
         _check_top_level_key(key, clusters, warnings, ignored)
+    for alias, keys in per_cluster.items():
+        for key in keys:
+            if key in MIRROR_SETTINGS and MIRROR_SETTINGS[key].scope == "flow":
+                warnings.append(f"{alias}.{key}: {key} is a flow setting, not a cluster one; "
+                                f"it is ignored here: use {alias}->TARGET.{key} or {key}")
 
     # Flows: every `X->Y.*` key must name known aliases; enabled flows are the ones to run.
     enabled: list[tuple[str, str]] = []

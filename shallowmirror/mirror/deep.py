@@ -80,6 +80,7 @@ class DeepFlowRunner:
         self._assigned: set[tuple[str, int]] = set()
         self._failure: BaseException | None = None
         self._producers: dict[str, Producer] = {}
+        self._topic_codec: dict[str, str] = {}
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -131,9 +132,13 @@ class DeepFlowRunner:
             await asyncio.shield(worker)
 
     def _producer(self, topic: str) -> Producer:
-        codec = self._forced_codec or self.codec_for_topic(topic) or "lz4"
-        if codec not in CODECS:
-            codec = "lz4"
+        codec = self._topic_codec.get(topic)
+        if codec is None:
+            # Pinned at first use: a partition must never move to another producer (order).
+            codec = self._forced_codec or self.codec_for_topic(topic) or "lz4"
+            if codec not in CODECS:
+                codec = "lz4"
+            self._topic_codec[topic] = codec
         producer = self._producers.get(codec)
         if producer is None:
             conf = {**self._target_config, "compression.type": codec}

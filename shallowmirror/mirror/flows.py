@@ -134,7 +134,7 @@ class FlowRunner:
                 delay = min(delay * 2, 30.0)
                 continue
             self.source_topic_count = len(self.sync.topics)
-            self._note_codecs()
+            await self._note_codecs()
             if ready != self.ready_topics or first:
                 added = sorted(set(ready) - set(self.ready_topics))
                 if added and not first:
@@ -145,19 +145,28 @@ class FlowRunner:
             return True
         return False
 
-    def _note_codecs(self) -> None:
-        """Source topics' compression.type where it names a codec (the deep path's choice)."""
+    async def _note_codecs(self) -> None:
+        """The codec each source topic's data came in (the deep path recompresses with it):
+        the topic's compression.type when it names a codec, else one stored batch's header."""
         if self.flow.shallow or self.sync is None:
             return
-        for topic in self.sync.topics:
-            if topic in self._source_codecs:
+        from shallowmirror.mirror.codec_probe import probe_codec
+
+        for topic in list(self.sync.topics):
+            if self._source_codecs.get(topic):
                 continue
             try:
-                entry = self.sync.describe(self.sync.source_admin, topic).get("compression.type")
-            except Exception:  # noqa: BLE001 - the deep path falls back to lz4
-                entry = None
-            value = getattr(entry, "value", None)
-            self._source_codecs[topic] = value if value in _CODEC_NAMES else None
+                described = await asyncio.to_thread(self.sync.describe, self.sync.source_admin,
+                                                    topic)
+                value = getattr(described.get("compression.type"), "value", None)
+            except Exception:  # noqa: BLE001 - the probe below decides
+                value = None
+            if value not in _CODEC_NAMES:
+                value = await probe_codec(self.flow.source_consumer, topic,
+                                          alias=self.flow.source)
+            if value:
+                log.info("flow %s: deep path recompresses %s with %s", self.name, topic, value)
+            self._source_codecs[topic] = value
 
     # -- running ---------------------------------------------------------------------------------
 

@@ -108,6 +108,7 @@ class Summary:
             lines.append(f"  {name} ({f['mode']}): {f['records']:,} records, "
                          f"{f['bytes'] / _MB:.1f} MB, {f['topics']} topics, lag "
                          f"{'unknown' if f['lag'] is None else f['lag']}")
+            lines += [f"    error: {e}" for e in f["errors"]]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:

@@ -122,6 +122,8 @@ class TopicSync:
                 state = self.topics[topic] = TopicState(
                     topic, self.flow.remote_topic(topic), partitions)
             state.source_partitions = partitions
+            # Errors are re-derived every refresh: partitions added by hand clear them.
+            state.error = None
             other = claimed.setdefault(state.remote_topic, topic)
             if other != topic:
                 self._fail(state, f"remote topic {state.remote_topic} on {self.flow.target} "
@@ -215,12 +217,6 @@ class TopicSync:
     def errors(self) -> dict[str, str]:
         """Topics left out and why."""
         return {t: s.error for t, s in self.topics.items() if s.error}
-
-    def retry_failed(self) -> None:
-        """Clear errors so the next refresh tries again (partitions may have been added by
-        hand)."""
-        for state in self.topics.values():
-            state.error = None
 
     # -- configs -----------------------------------------------------------------------------
 

@@ -93,3 +93,17 @@ def test_identity_policy_keeps_names_and_forces_compression_on_existing_topics(
     configs = explicit_configs(sync.describe(sync.target_admin, name))
     assert configs["compression.type"] == "producer"
     assert "retention.ms" not in configs                  # sync off: configs not copied
+
+
+@pytest.mark.needs_real_kafka("tansu cannot add partitions (no CreatePartitions)")
+def test_new_source_partitions_are_added_to_the_remote_topic(source_cluster, target_cluster):
+    from confluent_kafka.admin import NewPartitions
+
+    name = f"tg{uuid.uuid4().hex[:6]}"
+    sync = _sync(source_cluster, target_cluster, topics=name)
+    _create(sync.source_admin, name, 2)
+    assert sync.refresh() == [name]
+    sync.source_admin.create_partitions([NewPartitions(name, 5)])[name].result(15)
+    assert sync.refresh() == [name]
+    md = sync.target_admin.list_topics(timeout=10)
+    assert len(md.topics[f"A.{name}"].partitions) == 5

@@ -111,11 +111,12 @@ def test_every_problem_is_reported_at_once():
 def test_unknown_key_warns_with_closest_known_key(caplog):
     with caplog.at_level(logging.WARNING):
         cfg = resolve_mm2({**BASE, "topicz": "x", "A->B.refresh.topic.enabled": "false",
-                           "C.bootstrap.servers": "c:1"})
+                           "C.bootstrap.servers": "c:1", "A.topics": "orders"})
     text = "\n".join(cfg.warnings)
     assert "unknown configuration key 'topicz'; did you mean 'topics'?" in text
     assert "did you mean A->B.refresh.topics.enabled?" in text
     assert "cluster alias 'C' is not listed in clusters" in text
+    assert "A.topics: topics is a flow setting, not a cluster one" in text
     assert "did you mean 'topics'" in caplog.text
 
 
