@@ -210,7 +210,9 @@ class Sink:
             info = broker_error_info(code)
             where = Where(cluster=self.core.target_alias, topic=ttp[0], partition=ttp[1])
             if code in _IDENTITY_ERRORS:
-                if code == OUT_OF_ORDER_SEQUENCE_NUMBER and (tq.failed or tq.in_flight > 1):
+                # Answers of one partition come back in send order (one connection), so only
+                # an earlier *failed* batch explains a gap; later batches in flight do not.
+                if code == OUT_OF_ORDER_SEQUENCE_NUMBER and tq.failed:
                     self._retry(ttp, batch, refresh=False)   # behind an earlier failed batch
                 else:
                     self._retry(ttp, batch, refresh=False)
