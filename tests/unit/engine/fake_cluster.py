@@ -1,0 +1,278 @@
+"""A scripted FAKE target cluster — only for produce-side error paths a real broker cannot be made
+to produce on demand (leader moves, partial failures, sequence and fencing errors, duplicates,
+MESSAGE_TOO_LARGE). Behaviour is tested against real brokers (tests/integration/test_engine_*).
+
+Adapted from tests/unit/net/fake_broker.py (same framing; copied, not imported, so the net tests'
+fake stays as it is). ``FakeTargetCluster`` runs N brokers on 127.0.0.1 that share one state:
+topics and their leaders, one log per partition, and an idempotent producer state modelled on
+Kafka's (per producer id and partition: the next expected sequence; a resent batch already written
+is a DUPLICATE_SEQUENCE_NUMBER, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER). A broker that does not
+lead a partition answers NOT_LEADER_OR_FOLLOWER.
+
+``script(attempt)`` sees every batch a Produce request carries, before the broker would store it,
+and returns None (behave like a broker), an error code (answer it, store nothing) or
+``Stored(code)`` (store the batch, then answer ``code``: a write whose answer was lost). Every
+batch received is recorded in ``attempts`` with the answer given.
+
+Protocol subset: ApiVersions, Metadata (all topics, whatever was asked), InitProducerId (a new
+producer id per call), Produce v3-8 (parsed by hand; one batch per partition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from shallowmirror import codec
+
+NOT_LEADER_OR_FOLLOWER = 6
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Script answer: store the batch, then answer ``error_code`` anyway."""
+
+    error_code: int
+
+
+@dataclass
+class Attempt:
+    """One batch as a Produce request carried it, and what the fake answered."""
+
+    node_id: int
+    topic: str
+    partition: int
+    data: bytes
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    error_code: int = 0
+    base_offset: int = -1
+
+    @property
+    def identity(self) -> tuple[int, int, int]:
+        return (self.producer_id, self.producer_epoch, self.base_sequence)
+
+
+@dataclass
+class StoredBatch:
+    base_offset: int
+    data: bytes
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+
+@dataclass
+class _ProducerState:
+    next_sequence: int = 0
+    written: dict[int, int] = field(default_factory=dict)   # base_sequence -> base_offset
+
+
+Script = Callable[[Attempt], "int | Stored | None"]
+
+
+def _frame(response: Any, correlation_id: int) -> bytes:
+    response.with_header(correlation_id=correlation_id)
+    body = bytes(response.encode(header=True))
+    return struct.pack(">i", len(body)) + body
+
+
+def _string(buf: bytes, pos: int) -> tuple[str | None, int]:
+    (n,) = struct.unpack_from(">h", buf, pos)
+    pos += 2
+    if n < 0:
+        return None, pos
+    return buf[pos:pos + n].decode(), pos + n
+
+
+def parse_produce(body: bytes) -> list[tuple[str, int, bytes]]:
+    """(topic, partition, records) of a Produce v3-8 request body (after the client id)."""
+    _txn, pos = _string(body, 0)
+    pos += 6                                   # acks int16, timeout_ms int32
+    (topics,) = struct.unpack_from(">i", body, pos)
+    pos += 4
+    out = []
+    for _ in range(topics):
+        name, pos = _string(body, pos)
+        (parts,) = struct.unpack_from(">i", body, pos)
+        pos += 4
+        for _ in range(parts):
+            index, size = struct.unpack_from(">ii", body, pos)
+            pos += 8
+            out.append((name, index, body[pos:pos + max(size, 0)]))
+            pos += max(size, 0)
+    return out
+
+
+class FakeTargetCluster:
+    """``brokers`` scripted brokers (node ids 1..N) sharing topics, leaders and logs."""
+
+    def __init__(self, topics: dict[str, int], *, brokers: int = 1,
+                 script: Script | None = None) -> None:
+        self.topics = dict(topics)
+        self.node_ids = list(range(1, brokers + 1))
+        self.leaders: dict[TP, int] = {(t, p): 1 for t, n in topics.items() for p in range(n)}
+        self.logs: dict[TP, list[StoredBatch]] = {tp: [] for tp in self.leaders}
+        self.script = script
+        self.attempts: list[Attempt] = []
+        self.produce_requests = 0
+        self.metadata_requests = 0
+        self.producer_ids: list[int] = []
+        self.ports: dict[int, int] = {}
+        self._producers: dict[tuple[int, str, int], _ProducerState] = {}
+        self._servers: list[asyncio.base_events.Server] = []
+        self._writers: list[asyncio.StreamWriter] = []
+
+    # ---- lifecycle ----
+    async def __aenter__(self) -> FakeTargetCluster:
+        for node_id in self.node_ids:
+            server = await asyncio.start_server(
+                lambda r, w, n=node_id: self._serve(n, r, w), "127.0.0.1", 0)
+            self._servers.append(server)
+            self.ports[node_id] = server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for server in self._servers:
+            server.close()
+        for writer in self._writers:
+            writer.close()
+        for server in self._servers:
+            await server.wait_closed()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ports[self.node_ids[0]]}"
+
+    def config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    # ---- what the fake holds ----
+    def stored(self, topic: str, partition: int) -> list[StoredBatch]:
+        return self.logs[(topic, partition)]
+
+    def attempts_for(self, topic: str, partition: int) -> list[Attempt]:
+        return [a for a in self.attempts if (a.topic, a.partition) == (topic, partition)]
+
+    # ---- serving ----
+    async def _serve(self, node_id: int, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                api_key, version, cid, id_len = struct.unpack_from(">hhih", frame)
+                body = frame[10 + max(id_len, 0):]
+                answer = self._handle(node_id, api_key, version, cid, body)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass            # client gone, or the test's loop shutting down
+        finally:
+            writer.close()
+
+    def _handle(self, node_id: int, api_key: int, version: int, cid: int,
+                body: bytes) -> bytes | None:
+        if api_key == 18:                      # ApiVersions
+            keys = {18: (0, 3), 3: (1, 12), 22: (0, 5), 0: (3, 8)}
+            entries = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                       for k, (lo, hi) in keys.items()]
+            return _frame(ApiVersionsResponse(error_code=0, api_keys=entries,
+                                              throttle_time_ms=0, version=min(version, 3)), cid)
+        if api_key == 3:
+            self.metadata_requests += 1
+            return _frame(self._metadata(version), cid)
+        if api_key == 22:                      # InitProducerId: a new id each time
+            producer_id = 1000 + len(self.producer_ids)
+            self.producer_ids.append(producer_id)
+            return _frame(InitProducerIdResponse(throttle_time_ms=0, error_code=0,
+                                                 producer_id=producer_id, producer_epoch=0,
+                                                 version=version), cid)
+        if api_key == 0:
+            self.produce_requests += 1
+            return _frame(self._produce(node_id, version, body), cid)
+        return None                            # anything else: close the connection
+
+    def _metadata(self, version: int) -> Any:
+        brokers = [MetadataResponse.MetadataResponseBroker(node_id=n, host="127.0.0.1",
+                                                           port=self.ports[n], rack=None)
+                   for n in self.node_ids]
+        T = MetadataResponse.MetadataResponseTopic
+        topics = [T(error_code=0, name=name, is_internal=False, partitions=[
+            T.MetadataResponsePartition(error_code=0, partition_index=p,
+                                        leader_id=self.leaders[(name, p)], leader_epoch=0,
+                                        replica_nodes=self.node_ids, isr_nodes=self.node_ids,
+                                        offline_replicas=[])
+            for p in range(n)]) for name, n in self.topics.items()]
+        return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id="fake-target",
+                                controller_id=1, topics=topics, version=version)
+
+    def _produce(self, node_id: int, version: int, body: bytes) -> Any:
+        answers: dict[str, list] = {}
+        P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+        for topic, partition, records in parse_produce(body):
+            (view,) = codec.split_batches(records, verify_crc=True).batches
+            attempt = Attempt(node_id, topic, partition, bytes(records), view.producer_id,
+                              view.producer_epoch, view.base_sequence, view.record_count)
+            self._answer(attempt, view.last_offset_delta + 1)
+            self.attempts.append(attempt)
+            answers.setdefault(topic, []).append(P(
+                index=partition, error_code=attempt.error_code, base_offset=attempt.base_offset,
+                log_append_time_ms=-1, log_start_offset=0, record_errors=[], error_message=None))
+        return ProduceResponse(responses=[
+            ProduceResponse.TopicProduceResponse(name=t, partition_responses=ps)
+            for t, ps in answers.items()], throttle_time_ms=0, version=version)
+
+    def _answer(self, attempt: Attempt, offset_count: int) -> None:
+        tp = (attempt.topic, attempt.partition)
+        if self.leaders.get(tp) != attempt.node_id:
+            attempt.error_code = NOT_LEADER_OR_FOLLOWER
+            return
+        scripted = self.script(attempt) if self.script is not None else None
+        if isinstance(scripted, int):
+            attempt.error_code = scripted
+            return
+        if self.leaders.get(tp) != attempt.node_id:      # the script moved the leader
+            attempt.error_code = NOT_LEADER_OR_FOLLOWER
+            return
+        state = self._producers.setdefault(
+            (attempt.producer_id, *tp), _ProducerState())
+        if attempt.producer_id >= 0:
+            if attempt.base_sequence in state.written:
+                attempt.error_code = DUPLICATE_SEQUENCE_NUMBER
+                return
+            if attempt.base_sequence != state.next_sequence:
+                attempt.error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+                return
+        log = self.logs[tp]
+        base = log[-1].base_offset + offset_count_of(log[-1]) if log else 0
+        log.append(StoredBatch(base, attempt.data, attempt.producer_id, attempt.producer_epoch,
+                               attempt.base_sequence, attempt.record_count))
+        state.written[attempt.base_sequence] = base
+        state.next_sequence = attempt.base_sequence + attempt.record_count
+        attempt.base_offset = base
+        if isinstance(scripted, Stored):
+            attempt.error_code = scripted.error_code
+            attempt.base_offset = -1
+
+
+def offset_count_of(batch: StoredBatch) -> int:
+    """Offsets a stored batch takes (last_offset_delta + 1)."""
+    (view,) = codec.split_batches(batch.data, verify_crc=False).batches
+    return view.last_offset_delta + 1

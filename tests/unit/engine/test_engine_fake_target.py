@@ -1,0 +1,284 @@
+"""Produce-side error paths a real broker cannot be made to produce on demand, against the scripted
+FAKE target cluster (tests/unit/engine/fake_cluster.py): the source is the session's real
+(embedded) source cluster, the target the fake, reached through the engine's public config.
+
+Each test asserts on what the fake received and stored (bytes, producer ids, sequences, order)
+and on the engine's state (positions, offset map, stopped partitions)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+from fake_cluster import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    NOT_LEADER_OR_FOLLOWER,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    Attempt,
+    FakeTargetCluster,
+    Stored,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from shallowmirror import codec
+from shallowmirror.engine import MirrorEngine
+from shallowmirror.net import Cluster
+from shallowmirror.testing.workload import Workload, create_topic
+
+pytestmark = pytest.mark.integration
+
+HEADER_BYTES = 61           # v2 batch header: what the engine rewrites; the rest is forwarded
+GZIP = 1
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+MESSAGE_TOO_LARGE = 10
+NOT_ENOUGH_REPLICAS = 19
+
+
+def _batch(partition: int, index: int, records: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=GZIP, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(records):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i,
+                       value=b"p%d-b%d-r%d " % (partition, index, i) * 8, headers=[])
+    return bytes(builder.build())
+
+
+async def _write_source(cluster, topic: str, partitions: int, batches: int,
+                        records: int = 5) -> dict[int, list[bytes]]:
+    """Produce ``batches`` gzip batches per partition, one per request; return their bytes."""
+    create_topic(cluster.client_config(), Workload(topic=topic, partitions=partitions))
+    written: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    c = Cluster(cluster.client_config(), "source")
+    await c.start()
+    try:
+        await c.refresh_metadata([topic])
+        for p in range(partitions):
+            conn = await c.leader_connection(topic, p)
+            version = conn.api_version(0, (3, 9))
+            for i in range(batches):
+                data = _batch(p, i, records)
+                cid = conn.next_correlation_id()
+                buffers = codec.encode_produce_request(
+                    version=version, correlation_id=cid, client_id="test",
+                    transactional_id=None, acks=-1, timeout_ms=10000,
+                    topics=[(topic, [(p, [[data]])])])
+                response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
+                                                         version)
+                assert response.topics[0][1][0].error_code == 0
+                written[p].append(data)
+    finally:
+        await c.close()
+    return written
+
+
+async def _mirror(source_cluster, fake: FakeTargetCluster, topic: str,
+                  done: Callable[[MirrorEngine], bool], **settings) -> MirrorEngine:
+    """Run a MirrorEngine source -> fake until ``done(engine)`` (at most 30 s), then stop it."""
+    engine = MirrorEngine(source_cluster.client_config(), fake.config(), topics=[topic],
+                          settings={"partition.assignment": "all",
+                                    "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                                    "fetch.max.wait.ms": 100, "retry.backoff.ms": 10,
+                                    "retry.backoff.max.ms": 50, **settings})
+    stop = asyncio.Event()
+    task = asyncio.create_task(engine.run(stop))
+    try:
+        for _ in range(600):
+            if task.done():
+                await task
+            if engine.ready and done(engine):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail(f"scenario did not finish in 30 s: {engine.stats()}")
+    finally:
+        stop.set()
+        await task
+    return engine
+
+
+def _caught_up(topic: str, ends: dict[int, int]) -> Callable[[MirrorEngine], bool]:
+    def done(engine: MirrorEngine) -> bool:
+        s = engine.stats().partitions
+        return all(s.get((topic, p)) is not None and s[(topic, p)].position == end
+                   for p, end in ends.items())
+    return done
+
+
+def _assert_stored_exactly(fake: FakeTargetCluster, topic: str, written: dict[int, list[bytes]]):
+    """The fake holds every source batch once, in source order, payload byte for byte, with
+    contiguous sequences per producer id."""
+    for p, batches in written.items():
+        stored = fake.stored(topic, p)
+        assert [s.data[HEADER_BYTES:] for s in stored] == [b[HEADER_BYTES:] for b in batches]
+        expected_seq: dict[int, int] = {}
+        for s in stored:
+            assert s.base_sequence == expected_seq.get(s.producer_id, 0), (p, s)
+            expected_seq[s.producer_id] = s.base_sequence + s.record_count
+
+
+def _assert_offset_map_exact(engine: MirrorEngine, fake: FakeTargetCluster, topic: str,
+                             partitions: int, records: int = 5) -> None:
+    for p in range(partitions):
+        rows = engine.offset_map(topic, p).rows()
+        assert [(r.source_base, r.count, r.target_base) for r in rows] == [
+            (i * records, records, s.base_offset) for i, s in enumerate(fake.stored(topic, p))]
+
+
+@pytest.fixture
+def topic(unique_topic) -> str:
+    return unique_topic("fake")
+
+
+def test_not_leader_moves_the_partition_and_resends_the_same_bytes(source_cluster, topic):
+    async def main():
+        written = await _write_source(source_cluster, topic, 1, 8)
+        moved: list[Attempt] = []
+
+        def script(a: Attempt):
+            if not moved and a.base_sequence >= 10:      # the third batch: leader moves away
+                moved.append(a)
+                fake.leaders[(topic, 0)] = 2
+            return None
+
+        async with FakeTargetCluster({topic: 1}, brokers=2, script=script) as fake:
+            engine = await _mirror(source_cluster, fake, topic, _caught_up(topic, {0: 40}))
+            return written, fake, engine, moved
+
+    written, fake, engine, moved = asyncio.run(main())
+    _assert_stored_exactly(fake, topic, written)
+    assert fake.producer_ids == [1000]                  # no identity reset for a leader move
+    rejected = [a for a in fake.attempts if a.error_code == NOT_LEADER_OR_FOLLOWER]
+    assert rejected and {a.node_id for a in rejected} == {1}
+    for a in rejected:    # resent to the new leader: same bytes, same producer id and sequence
+        again = [b for b in fake.attempts if b.node_id == 2 and b.identity == a.identity]
+        assert [b.data for b in again] == [a.data] and again[0].error_code == 0
+    stored = fake.stored(topic, 0)
+    assert {s.base_sequence for s in stored[:2]} == {0, 5}
+    after = fake.attempts[fake.attempts.index(moved[0]) + 1:]
+    assert all(a.node_id == 2 for a in after if a.error_code == 0)
+    assert [a.node_id for a in fake.attempts if a.error_code == 0] == [1, 1] + [2] * 6
+    assert not engine.stats().stopped
+    _assert_offset_map_exact(engine, fake, topic, 1)
+
+
+def test_retriable_error_on_one_partition_while_the_others_succeed(source_cluster, topic):
+    async def main():
+        written = await _write_source(source_cluster, topic, 3, 4)
+        failures = {"left": 2}
+
+        def script(a: Attempt):
+            if a.partition == 1 and a.base_sequence == 0 and failures["left"]:
+                failures["left"] -= 1
+                return NOT_ENOUGH_REPLICAS
+            return None
+
+        async with FakeTargetCluster({topic: 3}, script=script) as fake:
+            engine = await _mirror(source_cluster, fake, topic,
+                                   _caught_up(topic, {0: 20, 1: 20, 2: 20}))
+            return written, fake, engine
+
+    written, fake, engine = asyncio.run(main())
+    _assert_stored_exactly(fake, topic, written)
+    p1 = fake.attempts_for(topic, 1)
+    failed = [a for a in p1 if a.error_code == NOT_ENOUGH_REPLICAS]
+    assert len(failed) == 2
+    # Partition 1's first batch went out three times with the same bytes and sequence...
+    first = [a for a in p1 if a.identity == failed[0].identity]
+    assert len(first) == 3 and len({a.data for a in first}) == 1 and first[-1].error_code == 0
+    # ...while every batch of partitions 0 and 2 was accepted the first time it was sent.
+    for p in (0, 2):
+        attempts = fake.attempts_for(topic, p)
+        assert [a.error_code for a in attempts] == [0] * 4
+    assert fake.producer_ids == [1000] and not engine.stats().stopped
+    _assert_offset_map_exact(engine, fake, topic, 3)
+
+
+@pytest.mark.parametrize("code", [OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
+                                  PRODUCER_FENCED])
+def test_sequence_or_fencing_error_resets_the_identity_and_restamps(code, source_cluster, topic):
+    async def main():
+        written = await _write_source(source_cluster, topic, 2, 6)
+        hit: list[Attempt] = []
+
+        def script(a: Attempt):
+            # From the third batch of partition 0 on, the broker refuses producer 1000 for good
+            # (state lost, epoch bumped elsewhere, fenced): only a new identity gets through.
+            if a.producer_id == 1000 and a.partition == 0 and a.base_sequence >= 10:
+                hit.append(a)
+                return code
+            return None
+
+        async with FakeTargetCluster({topic: 2}, script=script) as fake:
+            engine = await _mirror(source_cluster, fake, topic, _caught_up(topic, {0: 30, 1: 30}))
+            return written, fake, engine, hit
+
+    written, fake, engine, hit = asyncio.run(main())
+    assert hit
+    assert fake.producer_ids == [1000, 1001]
+    assert engine.stats().producer_id == 1001 and not engine.stats().stopped
+    # Nothing lost or duplicated; sequences contiguous per producer id; the failed batch was
+    # re-stamped (new producer id, sequence from 0) over the same payload.
+    _assert_stored_exactly(fake, topic, written)
+    stored = fake.stored(topic, 0)
+    assert [s.producer_id for s in stored[:2]] == [1000, 1000]
+    assert stored[2].producer_id == 1001 and stored[2].base_sequence == 0
+    assert stored[2].data[HEADER_BYTES:] == hit[0].data[HEADER_BYTES:]
+    assert stored[2].data[:HEADER_BYTES] != hit[0].data[:HEADER_BYTES]
+    _assert_offset_map_exact(engine, fake, topic, 2)
+
+
+def test_duplicate_sequence_is_acknowledged_with_unknown_target_offset(source_cluster, topic):
+    async def main():
+        written = await _write_source(source_cluster, topic, 1, 4)
+
+        def script(a: Attempt):
+            if a.base_sequence == 5 and not any(b.base_sequence == 5 for b in fake.attempts):
+                return Stored(DUPLICATE_SEQUENCE_NUMBER)    # written, answered "duplicate"
+            return None
+
+        async with FakeTargetCluster({topic: 1}, script=script) as fake:
+            engine = await _mirror(source_cluster, fake, topic, _caught_up(topic, {0: 20}))
+            return written, fake, engine
+
+    written, fake, engine = asyncio.run(main())
+    _assert_stored_exactly(fake, topic, written)
+    assert len(fake.attempts) == 4                         # not resent
+    stats = engine.stats()
+    assert stats.duplicates_acked_unknown_offset == 1 and not stats.stopped
+    rows = engine.offset_map(topic, 0).rows()
+    assert [r.target_base for r in rows] == [0, None, 10, 15]
+    assert engine.offset_map(topic, 0).translate(7) is None
+    assert engine.offset_map(topic, 0).translate(12) == 12
+
+
+def test_message_too_large_stops_the_partition_with_a_clear_error(source_cluster, topic):
+    async def main():
+        written = await _write_source(source_cluster, topic, 2, 4)
+
+        def script(a: Attempt):
+            if a.partition == 0 and a.base_sequence == 5:
+                return MESSAGE_TOO_LARGE
+            return None
+
+        async with FakeTargetCluster({topic: 2}, script=script) as fake:
+            def done(engine: MirrorEngine) -> bool:
+                s = engine.stats()
+                return bool(s.stopped) and _caught_up(topic, {1: 20})(engine)
+
+            engine = await _mirror(source_cluster, fake, topic, done)
+            return written, fake, engine
+
+    written, fake, engine = asyncio.run(main())
+    stats = engine.stats()
+    assert list(stats.stopped) == [(topic, 0)]
+    error = stats.stopped[(topic, 0)]
+    size = len(written[0][1])
+    assert "TOO_LARGE" in error and f"{size}-byte" in error
+    assert f"{topic}-0 offset 5" in error and "max.message.bytes" in error
+    assert stats.partitions[(topic, 0)].position == 5       # not past the rejected batch
+    assert len(fake.stored(topic, 0)) == 1                  # nothing of it after the fault
+    _assert_stored_exactly(fake, topic, {1: written[1]})    # the other partition goes on
