@@ -16,6 +16,10 @@ batch received is recorded in ``attempts`` with the answer given.
 
 Protocol subset: ApiVersions, Metadata (all topics, whatever was asked), InitProducerId (a new
 producer id per call), Produce v3-8 (parsed by hand; one batch per partition).
+
+``scripted_source_cluster`` is the source-side counterpart: the real source cluster's connections,
+except for a scripted OFFSET_OUT_OF_RANGE below a moved log start (retention a real embedded broker
+cannot be made to run on demand). ``write_source_batches`` writes known batches to the source.
 """
 
 from __future__ import annotations
@@ -28,14 +32,18 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from shallowmirror import codec
+from shallowmirror.net import Cluster
+from shallowmirror.testing.workload import Workload, create_topic
 
 NOT_LEADER_OR_FOLLOWER = 6
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 
 TP = tuple[str, int]
+GZIP = 1
 
 
 @dataclass(frozen=True)
@@ -276,3 +284,118 @@ def offset_count_of(batch: StoredBatch) -> int:
     """Offsets a stored batch takes (last_offset_delta + 1)."""
     (view,) = codec.split_batches(batch.data, verify_crc=False).batches
     return view.last_offset_delta + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Scripted source: a real source cluster whose connections answer one scripted error.
+
+class ScriptedSourceConnection:
+    """A real source connection, except: a Fetch below ``cluster.log_start_offset`` (once
+    ``cluster.truncated``) is answered OFFSET_OUT_OF_RANGE, and ListOffsets(earliest) answers
+    ``log_start_offset`` — what a broker says after retention deleted the first records."""
+
+    def __init__(self, conn: Any, cluster: Any) -> None:
+        self._conn = conn
+        self._cluster = cluster
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def request_frame(self, req: Any, timeout_ms: int | None = None) -> Any:
+        from kafka.protocol.consumer import FetchResponse
+
+        c = self._cluster
+        if req.API_KEY == 1:
+            c.truncated = True                 # retention ran just before the first Fetch
+        if req.API_KEY == 1:
+            below = [(t.topic, p.partition) for t in req.topics for p in t.partitions
+                     if p.fetch_offset < c.log_start_offset]
+            if below:
+                c.out_of_range_answers += 1
+                T = FetchResponse.FetchableTopicResponse
+                response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+                                         version=req.API_VERSION, responses=[
+                    T(topic=topic, partitions=[T.PartitionData(
+                        partition_index=partition, error_code=1, high_watermark=-1,
+                        last_stable_offset=-1, log_start_offset=c.log_start_offset,
+                        aborted_transactions=None, preferred_read_replica=-1, records=None)])
+                    for topic, partition in below])
+                response.with_header(correlation_id=self._conn.next_correlation_id())
+                return memoryview(bytes(response.encode(header=True)))
+        return await self._conn.request_frame(req, timeout_ms)
+
+    async def request(self, req: Any, timeout_ms: int | None = None) -> Any:
+        response = await self._conn.request(req, timeout_ms)
+        if req.API_KEY == 2 and self._cluster.truncated:          # ListOffsets
+            for topic, t_resp in zip(req.topics, response.topics, strict=True):
+                for asked, part in zip(topic.partitions, t_resp.partitions, strict=True):
+                    if asked.timestamp == -2:
+                        part.offset = self._cluster.log_start_offset
+        return response
+
+
+def scripted_source_cluster(log_start_offset: int) -> type:
+    """A ``Cluster`` subclass (for the source alias) whose connections are scripted as above;
+    ``truncated`` turns true at the first Fetch (retention ran after the engine started)."""
+    class ScriptedSourceCluster(Cluster):
+        instances: list = []
+
+        def __init__(self, config: Any, alias: str) -> None:
+            super().__init__(config, alias)
+            self.scripted = alias == "source"
+            self.log_start_offset = log_start_offset
+            self.truncated = False
+            self.out_of_range_answers = 0
+            ScriptedSourceCluster.instances.append(self)
+
+        def _wrap(self, conn: Any) -> Any:
+            return ScriptedSourceConnection(conn, self) if self.scripted else conn
+
+        async def connection(self, node_id: int) -> Any:
+            return self._wrap(await super().connection(node_id))
+
+        async def leader_connection(self, topic: str, partition: int) -> Any:
+            return self._wrap(await super().leader_connection(topic, partition))
+
+    return ScriptedSourceCluster
+
+
+# ---------------------------------------------------------------------------------------------
+# Source data for these tests: known batches written to the real source cluster.
+
+def source_batch(partition: int, index: int, records: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=GZIP, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(records):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i,
+                       value=b"p%d-b%d-r%d " % (partition, index, i) * 8, headers=[])
+    return bytes(builder.build())
+
+
+async def write_source_batches(cluster, topic: str, partitions: int, batches: int,
+                        records: int = 5) -> dict[int, list[bytes]]:
+    """Produce ``batches`` gzip batches per partition, one per request; return their bytes."""
+    create_topic(cluster.client_config(), Workload(topic=topic, partitions=partitions))
+    written: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    c = Cluster(cluster.client_config(), "source")
+    await c.start()
+    try:
+        await c.refresh_metadata([topic])
+        for p in range(partitions):
+            conn = await c.leader_connection(topic, p)
+            version = conn.api_version(0, (3, 9))
+            for i in range(batches):
+                data = source_batch(p, i, records)
+                cid = conn.next_correlation_id()
+                buffers = codec.encode_produce_request(
+                    version=version, correlation_id=cid, client_id="test",
+                    transactional_id=None, acks=-1, timeout_ms=10000,
+                    topics=[(topic, [(p, [[data]])])])
+                response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
+                                                         version)
+                assert response.topics[0][1][0].error_code == 0
+                written[p].append(data)
+    finally:
+        await c.close()
+    return written

@@ -19,60 +19,18 @@ from fake_cluster import (
     Attempt,
     FakeTargetCluster,
     Stored,
+    write_source_batches,
 )
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from shallowmirror import codec
 from shallowmirror.engine import MirrorEngine
-from shallowmirror.net import Cluster
-from shallowmirror.testing.workload import Workload, create_topic
 
 pytestmark = pytest.mark.integration
 
 HEADER_BYTES = 61           # v2 batch header: what the engine rewrites; the rest is forwarded
-GZIP = 1
 INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
 MESSAGE_TOO_LARGE = 10
 NOT_ENOUGH_REPLICAS = 19
-
-
-def _batch(partition: int, index: int, records: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=GZIP, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 20)
-    for i in range(records):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i,
-                       value=b"p%d-b%d-r%d " % (partition, index, i) * 8, headers=[])
-    return bytes(builder.build())
-
-
-async def _write_source(cluster, topic: str, partitions: int, batches: int,
-                        records: int = 5) -> dict[int, list[bytes]]:
-    """Produce ``batches`` gzip batches per partition, one per request; return their bytes."""
-    create_topic(cluster.client_config(), Workload(topic=topic, partitions=partitions))
-    written: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    c = Cluster(cluster.client_config(), "source")
-    await c.start()
-    try:
-        await c.refresh_metadata([topic])
-        for p in range(partitions):
-            conn = await c.leader_connection(topic, p)
-            version = conn.api_version(0, (3, 9))
-            for i in range(batches):
-                data = _batch(p, i, records)
-                cid = conn.next_correlation_id()
-                buffers = codec.encode_produce_request(
-                    version=version, correlation_id=cid, client_id="test",
-                    transactional_id=None, acks=-1, timeout_ms=10000,
-                    topics=[(topic, [(p, [[data]])])])
-                response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
-                                                         version)
-                assert response.topics[0][1][0].error_code == 0
-                written[p].append(data)
-    finally:
-        await c.close()
-    return written
 
 
 async def _mirror(source_cluster, fake: FakeTargetCluster, topic: str,
@@ -135,7 +93,7 @@ def topic(unique_topic) -> str:
 
 def test_not_leader_moves_the_partition_and_resends_the_same_bytes(source_cluster, topic):
     async def main():
-        written = await _write_source(source_cluster, topic, 1, 8)
+        written = await write_source_batches(source_cluster, topic, 1, 8)
         moved: list[Attempt] = []
 
         def script(a: Attempt):
@@ -167,7 +125,7 @@ def test_not_leader_moves_the_partition_and_resends_the_same_bytes(source_cluste
 
 def test_retriable_error_on_one_partition_while_the_others_succeed(source_cluster, topic):
     async def main():
-        written = await _write_source(source_cluster, topic, 3, 4)
+        written = await write_source_batches(source_cluster, topic, 3, 4)
         failures = {"left": 2}
 
         def script(a: Attempt):
@@ -201,7 +159,7 @@ def test_retriable_error_on_one_partition_while_the_others_succeed(source_cluste
                                   PRODUCER_FENCED])
 def test_sequence_or_fencing_error_resets_the_identity_and_restamps(code, source_cluster, topic):
     async def main():
-        written = await _write_source(source_cluster, topic, 2, 6)
+        written = await write_source_batches(source_cluster, topic, 2, 6)
         hit: list[Attempt] = []
 
         def script(a: Attempt):
@@ -233,7 +191,7 @@ def test_sequence_or_fencing_error_resets_the_identity_and_restamps(code, source
 
 def test_duplicate_sequence_is_acknowledged_with_unknown_target_offset(source_cluster, topic):
     async def main():
-        written = await _write_source(source_cluster, topic, 1, 4)
+        written = await write_source_batches(source_cluster, topic, 1, 4)
 
         def script(a: Attempt):
             if a.base_sequence == 5 and not any(b.base_sequence == 5 for b in fake.attempts):
@@ -257,7 +215,7 @@ def test_duplicate_sequence_is_acknowledged_with_unknown_target_offset(source_cl
 
 def test_message_too_large_stops_the_partition_with_a_clear_error(source_cluster, topic):
     async def main():
-        written = await _write_source(source_cluster, topic, 2, 4)
+        written = await write_source_batches(source_cluster, topic, 2, 4)
 
         def script(a: Attempt):
             if a.partition == 0 and a.base_sequence == 5:
