@@ -1,4 +1,4 @@
-"""`shallowmirror info`: version, codec implementation in use, and where the test broker is."""
+"""`shallowmirror info`: version, codec implementation in use, the test broker, the config reference."""
 
 from __future__ import annotations
 
@@ -6,11 +6,48 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="show version, codec implementation and broker binary")
+    p = sub.add_parser("info", help="show version, codec implementation and broker binary",
+                       description="Show what this installation runs with, or print the "
+                                   "configuration reference generated from the settings tables.")
+    p.add_argument("--config-reference", action="store_true",
+                   help="print every configuration key as Markdown (the README's reference)")
+    p.add_argument("--write-readme", metavar="README",
+                   help="rewrite the configuration reference block of this README in place")
     p.set_defaults(func=run)
 
 
+def config_reference() -> str:
+    """Mirror, engine and connection keys as Markdown, from the settings tables themselves."""
+    from shallowmirror.mirror.config import config_reference_markdown
+    from shallowmirror.net.config import CONNECTION_SETTINGS
+
+    return config_reference_markdown().rstrip() + "\n\n" + CONNECTION_SETTINGS.markdown()
+
+
+README_START = "<!-- config-reference:start (generated: shallowmirror info --write-readme README.md) -->"
+README_END = "<!-- config-reference:end -->"
+
+
+def readme_with_reference(text: str) -> str:
+    """``text`` with the block between the reference markers replaced by the current reference."""
+    head, start, rest = text.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise SystemExit(f"README has no {README_START!r} ... {README_END!r} block")
+    return f"{head}{README_START}\n{config_reference()}{README_END}{tail}"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.write_readme:
+        from pathlib import Path
+
+        path = Path(args.write_readme)
+        path.write_text(readme_with_reference(path.read_text()))
+        print(f"updated the configuration reference in {path}")
+        return 0
+    if args.config_reference:
+        print(config_reference(), end="")
+        return 0
     from shallowmirror import __version__, codec
 
     print(f"shallowmirror {__version__}")
