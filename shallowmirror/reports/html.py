@@ -97,24 +97,34 @@ def _spread(row: Row, name: str, scale: float = 1.0) -> str:
         return "–"
     text = _num(med / scale)
     if row.get("runs", 1) > 1 and row.get(f"{name}_min") is not None:
-        text += (f" <span class=spread>[{_num(row[f'{name}_min'] / scale)} – "
-                 f"{_num(row[f'{name}_max'] / scale)}]</span>")
+        text += (f"<br><span class=spread>{_num(row[f'{name}_min'] / scale)} – "
+                 f"{_num(row[f'{name}_max'] / scale)}</span>")
     return text
 
 
 def goal_margin_text(goal: Row) -> str:
-    """How far a goal is from its threshold, in words: headroom, or by how much it missed."""
+    """The measured value against the goal, and the headroom or by how much it was missed."""
     if goal.get("status") == "NO DATA":
         return goal.get("note") or "no runs to compare"
     measured, threshold = goal["measured"], goal["threshold"]
     margin, fraction = goal["margin"], goal.get("margin_fraction")
     unit = "" if goal["goal"] in ("deep_rss_grows",) else "x"
     pct = f" ({abs(fraction):.0%})" if fraction is not None else ""
+    head = f"{_num(measured)}{unit} (goal {goal['comparison']} {_num(threshold)}{unit})"
     if goal["status"] == "PASS":
-        return f"{_num(measured)}{unit}: {_num(abs(margin))}{unit} of headroom{pct}"
+        return f"{head}: {_num(abs(margin))}{unit}{pct} to spare"
     word = "short" if goal["comparison"] == ">=" else "over"
-    return (f"{_num(measured)}{unit} against {goal['comparison']} {_num(threshold)}{unit}: "
-            f"missed by {_num(abs(margin))}{unit}{pct} {word}")
+    return f"{head}: missed by {_num(abs(margin))}{unit}{pct} {word}"
+
+
+GOAL_ORDER = ("cpu_per_gb", "shallow_rss_flat", "deep_rss_grows", "fetch_only_throughput")
+
+
+def sort_goals(goals: Iterable[Row]) -> list[Row]:
+    """Goals in the issue's order, then by codec."""
+    return sorted(goals, key=lambda g: (
+        GOAL_ORDER.index(g["goal"]) if g["goal"] in GOAL_ORDER else len(GOAL_ORDER),
+        _codec_key(g.get("codec") or ""), g.get("scope") or ""))
 
 
 def _codec_key(codec: str) -> tuple[int, str]:
@@ -145,8 +155,13 @@ def _png(fig) -> str:
 
 
 def _grouped_bars(summary: Sequence[Row], metric: str, ylabel: str, title: str,
-                  scale: float = 1.0, log: bool | None = None) -> str | None:
-    """Bars of ``metric`` (median, whiskers min..max) per workload (x) and mode (colour)."""
+                  scale: float = 1.0, log: bool | None = None,
+                  markers: Sequence[tuple[str, str, str]] = ()) -> str | None:
+    """Bars of ``metric`` (median, whiskers min..max) per workload (x) and mode (colour).
+
+    ``markers`` are (column, matplotlib marker, label) drawn over each bar, e.g. p95 and p99
+    over a p50 bar; with markers the whiskers are left out.
+    """
     rows = [r for r in summary if r.get(metric) is not None]
     if not rows:
         return None
@@ -154,7 +169,8 @@ def _grouped_bars(summary: Sequence[Row], metric: str, ylabel: str, title: str,
                        key=lambda cw: (_codec_key(cw[0]), cw[1]))
     modes = sorted({r["mode"] for r in rows}, key=_mode_key)
     index = {(r["workload_id"], r["mode"]): r for r in rows}
-    values = [r[metric] / scale for r in rows]
+    values = [r[c] / scale for r in rows for c in (metric, *(m[0] for m in markers))
+              if r.get(c) is not None]
     if log is None:  # deep mirroring can cost 100x shallow: one linear axis would hide shallow
         positive = [v for v in values if v > 0]
         log = bool(positive) and max(positive) / min(positive) > 30
@@ -175,8 +191,16 @@ def _grouped_bars(summary: Sequence[Row], metric: str, ylabel: str, title: str,
             hi.append((r.get(f"{metric}_max") if r.get(f"{metric}_max") is not None
                        else r[metric]) / scale - y)
         bars = ax.bar(xs, ys, width * 0.95, label=mode, color=MODE_COLOURS.get(mode, "#999999"),
-                      yerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8, "alpha": 0.6})
+                      yerr=None if markers else [lo, hi], capsize=2,
+                      error_kw={"elinewidth": 0.8, "alpha": 0.6})
         ax.bar_label(bars, labels=[_num(y, 2) for y in ys], fontsize=7, padding=2)
+        for column, marker, label in markers:
+            points = [(x, index[(wid, mode)].get(column))
+                      for x, (_c, wid) in zip(xs, [w for w in workloads
+                                                   if (w[1], mode) in index], strict=True)]
+            points = [(x, v / scale) for x, v in points if v is not None]
+            ax.scatter([x for x, _ in points], [v for _, v in points], marker=marker, s=30,
+                       color="black", zorder=3, label=label if i == 0 else None)
     ax.set_xticks(range(len(workloads)))
     ax.set_xticklabels([wid for _c, wid in workloads], rotation=15 if len(workloads) > 4 else 0,
                        fontsize=8)
@@ -198,9 +222,17 @@ def _grouped_bars(summary: Sequence[Row], metric: str, ylabel: str, title: str,
 def _series_panels(series: Sequence[Row], y: str, ylabel: str, title: str,
                    panel_key: Callable[[Row], str], line_key: Callable[[Row], str],
                    colour: Callable[[str], str | None], scale: float = 1.0,
-                   max_panels: int = 6) -> str | None:
-    """Line plots of ``y`` over ``t_s``, one panel per ``panel_key``, one line per ``line_key``."""
+                   max_panels: int = 6, share_of_run: bool = False) -> str | None:
+    """Line plots of ``y`` over ``t_s``, one panel per ``panel_key``, one line per ``line_key``.
+
+    With ``share_of_run`` the x axis is the percentage of each run's ``wall_s`` and the legend
+    gives the run's length: a deep mirror may run 20x longer than a shallow one, and on one
+    time axis the shallow line would shrink to a few pixels.
+    """
     rows = [r for r in series if r.get(y) is not None and r.get("t_s") is not None]
+    if share_of_run:
+        rows = [{**r, "t_s": 100.0 * r["t_s"] / r["wall_s"]} for r in rows
+                if r.get("wall_s")]
     if not rows:
         return None
     panels: dict[str, dict[str, list[Row]]] = {}
@@ -212,12 +244,13 @@ def _series_panels(series: Sequence[Row], y: str, ylabel: str, title: str,
     fig, axes = _figure(width=4.0 * ncols + 1, height=2.9 * nrows + 0.4, ncols=ncols,
                         nrows=nrows)
     for ax, name in zip(axes.flat, names, strict=False):
-        for line, points in sorted(panels[name].items()):
+        for line, points in sorted(panels[name].items(), key=lambda kv: _mode_key(kv[0])):
             points.sort(key=lambda r: r["t_s"])
-            ax.plot([p["t_s"] for p in points], [p[y] / scale for p in points], label=line,
+            label = f"{line} ({_num(points[0]['wall_s'], 2)} s)" if share_of_run else line
+            ax.plot([p["t_s"] for p in points], [p[y] / scale for p in points], label=label,
                     color=colour(line), linewidth=1.4, marker="." if len(points) < 30 else None)
         ax.set_title(name, fontsize=9, loc="left")
-        ax.set_xlabel("seconds since start", fontsize=8)
+        ax.set_xlabel("% of the run" if share_of_run else "seconds since start", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_ylim(bottom=0)
         ax.tick_params(labelsize=8)
@@ -225,31 +258,6 @@ def _series_panels(series: Sequence[Row], y: str, ylabel: str, title: str,
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")
-    return _png(fig)
-
-
-def _latency_plot(summary: Sequence[Row]) -> str | None:
-    """p50 bars with p95 and p99 markers, per workload and mode."""
-    rows = [r for r in summary if r.get("latency_p50") is not None]
-    if not rows:
-        return None
-    rows = sorted(rows, key=lambda r: (_codec_key(r["codec"]), r["workload_id"],
-                                       _mode_key(r["mode"])))
-    fig, axes = _figure(width=max(6.0, 1.5 + 0.55 * len(rows)), height=4.0)
-    ax = axes[0][0]
-    xs = range(len(rows))
-    ax.bar(xs, [r["latency_p50"] for r in rows], 0.7, label="p50",
-           color=[MODE_COLOURS.get(r["mode"], "#999999") for r in rows])
-    ax.scatter(xs, [r["latency_p95"] for r in rows], marker="_", s=250, color="black",
-               label="p95", zorder=3)
-    ax.scatter(xs, [r["latency_p99"] for r in rows], marker="v", s=25, color="black",
-               label="p99", zorder=3)
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels([f"{r['workload_id']}\n{r['mode']}" for r in rows], fontsize=7,
-                       rotation=30 if len(rows) > 6 else 0, ha="right" if len(rows) > 6 else "center")
-    ax.set_ylabel("end-to-end latency (ms)")
-    ax.set_title("Latency: bar = p50, dash = p95, triangle = p99", fontsize=11, loc="left")
-    ax.legend(fontsize=8, frameon=False)
     return _png(fig)
 
 
@@ -329,10 +337,12 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin:
 h1 { margin-bottom: 0.1em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 .meta { color: #666; font-size: 12px; }
 table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 12.5px; }
-th, td { padding: 3px 9px; border-bottom: 1px solid #eee; text-align: right; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: right;
+         vertical-align: top; }
+td { white-space: nowrap; }
 th { background: #f6f6f6; font-weight: 600; }
 td:first-child, th:first-child { text-align: left; }
-table.goals td, table.goals th { text-align: left; }
+table.goals td, table.goals th { text-align: left; white-space: normal; }
 .badge { white-space: nowrap; }
 .spread { color: #888; font-size: 11px; }
 .badge { font-weight: 700; padding: 1px 7px; border-radius: 3px; color: white; }
@@ -368,7 +378,7 @@ CPU = user + system seconds</p>""")
 
     if data.table("goals"):
         parts.append("<h2>Goals</h2>")
-        parts.append(_goal_table(data.table("goals")))
+        parts.append(_goal_table(sort_goals(data.table("goals"))))
 
     if summary:
         parts.append("<h2>Benchmarks: shallow against deep mirroring</h2>")
@@ -385,17 +395,21 @@ CPU = user + system seconds</p>""")
              "peak RSS by codec and mode")
         plot(_series_panels(
             data.table("bench_throughput_series"), "mb_s_compressed", "MB/s compressed",
-            "Throughput over time (first repeat of each mode)",
-            panel_key=lambda r: r["workload_id"], line_key=lambda r: r["mode"],
+            "Throughput over each run (first repeat of each mode; run length in the legend)",
+            panel_key=lambda r: r["workload_id"], line_key=lambda r: r["mode"], share_of_run=True,
             colour=lambda m: MODE_COLOURS.get(m)), "throughput over time")
         plot(_series_panels(
             data.table("bench_rss_series"), "rss_bytes", "RSS (MB)",
-            "Memory over time (first repeat of each mode)", scale=1e6,
-            panel_key=lambda r: r["workload_id"], line_key=lambda r: r["mode"],
+            "Memory over each run (first repeat of each mode)", scale=1e6,
+            panel_key=lambda r: r["workload_id"], line_key=lambda r: r["mode"], share_of_run=True,
             colour=lambda m: MODE_COLOURS.get(m)), "memory over time")
-        plot(_latency_plot(summary), "latency percentiles")
+        plot(_grouped_bars(summary, "latency_p50", "end-to-end latency (ms)",
+                           "Latency: bar = p50, dash = p95, triangle = p99 (lower is better)",
+                           markers=(("latency_p95", "_", "p95"), ("latency_p99", "v", "p99"))),
+             "latency percentiles by codec and mode")
 
-        parts.append("<h3>Per workload and mode (median [min – max] of ok repeats)</h3>")
+        parts.append("<h3>Per workload and mode</h3><p class=note>Median of the ok repeats; "
+                     "below it, in grey, min – max when there were several.</p>")
         parts.append(_table(summary, [
             ("workload", _esc("workload_id")), ("codec", _esc("codec")), ("mode", _esc("mode")),
             ("runs", _f("runs")),
@@ -508,6 +522,7 @@ class ReportFiles:
     summary_json: Path
     csv: dict[str, Path]
     plots: int
+    data: ReportData
 
 
 def write_report(data: ReportData, out_dir: Path) -> ReportFiles:
@@ -534,4 +549,4 @@ def write_report(data: ReportData, out_dir: Path) -> ReportFiles:
     json_path = out_dir / "summary.json"
     json_path.write_text(json.dumps(_json_safe(summary), indent=2, default=str),
                          encoding="utf-8")
-    return ReportFiles(html=html_path, summary_json=json_path, csv=csvs, plots=plots)
+    return ReportFiles(html=html_path, summary_json=json_path, csv=csvs, plots=plots, data=data)

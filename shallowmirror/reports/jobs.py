@@ -273,9 +273,9 @@ def bench_throughput_series(runs: DataFrame) -> DataFrame:
     """
     points = runs.select(
         "run_id", "mode", "repeat", "workload_id", F.col("workload.codec").alias("codec"),
-        F.posexplode("progress_samples").alias("i", "s"),
+        "wall_s", F.posexplode("progress_samples").alias("i", "s"),
     ).select(
-        "run_id", "mode", "repeat", "workload_id", "codec", "i",
+        "run_id", "mode", "repeat", "workload_id", "codec", "wall_s", "i",
         F.col("s")[0].alias("t_s"), F.col("s")[1].alias("records"),
         F.col("s")[2].alias("bytes"),
     )
@@ -283,7 +283,7 @@ def bench_throughput_series(runs: DataFrame) -> DataFrame:
     dt = F.col("t_s") - F.lag("t_s").over(w)
     return (
         points.select(
-            "run_id", "mode", "repeat", "workload_id", "codec", "t_s",
+            "run_id", "mode", "repeat", "workload_id", "codec", "wall_s", "t_s",
             _div((F.col("bytes") - F.lag("bytes").over(w)) / MB, dt).alias("mb_s_compressed"),
             _div(F.col("records") - F.lag("records").over(w), dt).alias("records_s"),
         )
@@ -295,9 +295,9 @@ def bench_rss_series(runs: DataFrame) -> DataFrame:
     """Per bench run, RSS over time from ``rss_samples``."""
     return runs.select(
         "run_id", "mode", "repeat", "workload_id", F.col("workload.codec").alias("codec"),
-        F.explode("rss_samples").alias("s"),
+        "wall_s", F.explode("rss_samples").alias("s"),
     ).select(
-        "run_id", "mode", "repeat", "workload_id", "codec",
+        "run_id", "mode", "repeat", "workload_id", "codec", "wall_s",
         F.col("s")[0].alias("t_s"), F.col("s")[1].cast("long").alias("rss_bytes"),
     )
 

@@ -84,39 +84,59 @@ def _goals_without_data(goals: list[Row], summary: Sequence[Row]) -> list[Row]:
     return extra
 
 
+def _bench_tables(runs: DataFrame) -> dict[str, list[Row]]:
+    """The benchmark tables: per run, per workload and mode, ratios, goals and series."""
+    from shallowmirror.reports import jobs
+
+    metrics = jobs.run_metrics(runs).cache()
+    summary = jobs.repeat_summary(metrics, runs).cache()
+    ratios = jobs.shallow_ratios(summary).cache()
+    tables: dict[str, list[Row]] = {
+        "bench_runs": _rows(metrics),
+        "bench_summary": _rows(summary),
+        "ratios": _rows(ratios),
+    }
+    goals = _rows(jobs.goals(summary, ratios)) if tables["bench_summary"] else []
+    tables["goals"] = goals + _goals_without_data(goals, tables["bench_summary"])
+    tables["run_latency"] = _rows(jobs.run_latency(runs))
+    tables["failed_runs"] = _rows(jobs.failed_runs(metrics))
+    plotted = _first_ok_runs(tables["bench_runs"])
+    tables["bench_throughput_series"] = [
+        r for r in _rows(jobs.bench_throughput_series(runs)) if r["run_id"] in plotted]
+    tables["bench_rss_series"] = [
+        r for r in _rows(jobs.bench_rss_series(runs)) if r["run_id"] in plotted]
+    return tables
+
+
 def compute(spark: SparkSession, inputs: Sequence[Path], window_s: float = 1.0) -> ReportData:
     """Run every job over ``inputs`` and collect the results as plain rows."""
+    from pyspark.sql import functions as F
+
+    from shallowmirror import metrics_schema as ms
     from shallowmirror.reports import jobs
 
     records = jobs.read_records(spark, [str(p) for p in inputs]).cache()
+    tables: dict[str, list[Row]] = {}
     try:
         bad = jobs.malformed_count(records).first()
-        runs = jobs.bench_runs(records).cache()
+        # Every Spark job costs a second or more even on tiny inputs: run only the jobs whose
+        # kind of record is present.
+        kinds = {r["kind"] for r in records.select("kind").where(F.col("kind").isNotNull())
+                 .distinct().collect()}
+        if ms.BENCH_RUN in kinds:
+            tables.update(_bench_tables(jobs.bench_runs(records).cache()))
         flow = jobs.flow_records(records).cache()
-        process = jobs.process_records(records)
-        metrics = jobs.run_metrics(runs).cache()
-        summary = jobs.repeat_summary(metrics, runs).cache()
-        ratios = jobs.shallow_ratios(summary)
-        processes = jobs.process_summary(process).cache()
-
-        tables: dict[str, list[Row]] = {}
-        tables["bench_runs"] = _rows(metrics)
-        tables["bench_summary"] = _rows(summary)
-        tables["ratios"] = _rows(ratios)
-        goals = _rows(jobs.goals(summary, ratios)) if tables["bench_summary"] else []
-        tables["goals"] = goals + _goals_without_data(goals, tables["bench_summary"])
-        tables["run_latency"] = _rows(jobs.run_latency(runs))
-        tables["failed_runs"] = _rows(jobs.failed_runs(metrics))
-        plotted = _first_ok_runs(tables["bench_runs"])
-        tables["bench_throughput_series"] = [
-            r for r in _rows(jobs.bench_throughput_series(runs)) if r["run_id"] in plotted]
-        tables["bench_rss_series"] = [
-            r for r in _rows(jobs.bench_rss_series(runs)) if r["run_id"] in plotted]
-        tables["flow_totals"] = _rows(jobs.flow_totals(flow))
-        tables["flow_windows"] = _rows(jobs.flow_windows(flow, window_s, by=("run_id", "flow")))
-        tables["process_summary"] = _rows(processes)
-        tables["process_series"] = _rows(jobs.process_series(process))
-        tables["engine_cpu_per_gb"] = _rows(jobs.engine_cpu_per_gb(processes, flow))
+        if ms.FLOW in kinds:
+            tables["flow_totals"] = _rows(jobs.flow_totals(flow))
+            tables["flow_windows"] = _rows(
+                jobs.flow_windows(flow, window_s, by=("run_id", "flow")))
+        if ms.PROCESS in kinds:
+            process = jobs.process_records(records)
+            processes = jobs.process_summary(process).cache()
+            tables["process_summary"] = _rows(processes)
+            tables["process_series"] = _rows(jobs.process_series(process))
+            if ms.FLOW in kinds:
+                tables["engine_cpu_per_gb"] = _rows(jobs.engine_cpu_per_gb(processes, flow))
     finally:
         spark.catalog.clearCache()
     return ReportData(

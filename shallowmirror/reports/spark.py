@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -105,6 +106,28 @@ def check_java(env: Mapping[str, str] | None = None, min_major: int = MIN_JAVA_M
     return JavaInfo(path=java, major=major, version_line=first_line)
 
 
+#: Spark's default log4j2 profile prints INFO banners and a native-hadoop WARN on every start;
+#: reports only want errors on the console.
+_LOG4J2_QUIET = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_log4j2_file() -> str:
+    """A log4j2 properties file that logs errors only (written once per process, in tmp)."""
+    path = os.path.join(tempfile.gettempdir(), f"shallowmirror-log4j2-{os.getpid()}.properties")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(_LOG4J2_QUIET)
+    return path
+
+
 def spark_session(
     master: str = "local[*]",
     app_name: str = "shallowmirror-report",
@@ -144,6 +167,10 @@ def spark_session(
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+        # Read by the driver JVM that spark-submit launches, so it applies from Spark's first
+        # log line. Local only: on a cluster, its own spark-defaults may set these options.
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j2.configurationFile=file:{_quiet_log4j2_file()}")
     try:
         session = builder.getOrCreate()
     except Exception as err:  # noqa: BLE001 - py4j raises plain Exceptions on gateway failure

@@ -20,8 +20,9 @@ def spark() -> Iterator[object]:
         check_java()
     except JavaMissingError as err:
         pytest.skip(str(err))
+    # Fixture data is a few rows: one shuffle partition spares tasks that would sit empty.
     session = spark_session(master="local[2]", app_name="shallowmirror-tests",
-                            shuffle_partitions=2)
+                            shuffle_partitions=1)
     yield session
     session.stop()
 
@@ -30,3 +31,23 @@ def spark() -> Iterator[object]:
 def data_dir() -> Path:
     """The committed JSON-lines fixtures whose numbers the tests check by hand."""
     return DATA
+
+
+@pytest.fixture(scope="session")
+def report_files(spark, data_dir, tmp_path_factory):
+    """The whole report over the fixtures, run once: every job costs Spark seconds, so share it."""
+    from shallowmirror.reports.report import run_report
+
+    return run_report([data_dir], tmp_path_factory.mktemp("report"), window_s=1.0, spark=spark)
+
+
+@pytest.fixture(scope="session")
+def report_data(report_files):
+    """What the jobs computed for the report (ReportData)."""
+    return report_files.data
+
+
+@pytest.fixture(scope="session")
+def tables(report_data):
+    """The collected job results by name: lists of dict rows."""
+    return report_data.tables

@@ -36,55 +36,24 @@ def records(spark, data_dir):
     df.unpersist()
 
 
-@pytest.fixture(scope="module")
-def runs(records):
-    from shallowmirror.reports import jobs
-
-    return jobs.bench_runs(records)
-
-
-@pytest.fixture(scope="module")
-def metrics(runs):
-    from shallowmirror.reports import jobs
-
-    return jobs.run_metrics(runs).cache()
-
-
-@pytest.fixture(scope="module")
-def summary(metrics, runs):
-    from shallowmirror.reports import jobs
-
-    return jobs.repeat_summary(metrics, runs).cache()
-
-
-@pytest.fixture(scope="module")
-def ratios(summary):
-    from shallowmirror.reports import jobs
-
-    return jobs.shallow_ratios(summary).cache()
-
-
 def by(rows, *keys):
-    """Rows as dicts indexed by the given key columns."""
+    """Rows (Spark Rows or dicts) indexed by the given key columns."""
     out = {}
     for row in rows:
-        d = row.asDict()
+        d = row if isinstance(row, dict) else row.asDict()
         out[tuple(d[k] for k in keys) if len(keys) > 1 else d[keys[0]]] = d
     return out
 
 
-def test_kinds_are_split_and_bad_lines_counted(records):
-    from shallowmirror.reports import jobs
-
-    assert jobs.bench_runs(records).count() == 8
-    assert jobs.flow_records(records).count() == 5
-    assert jobs.process_records(records).count() == 3
-    bad = jobs.malformed_count(records).first()
-    assert (bad.malformed_lines, bad.unknown_records) == (1, 1)
+def test_kinds_are_split_and_bad_lines_counted(tables, report_data):
+    assert len(tables["bench_runs"]) == 8
+    assert sum(r["batches"] for r in tables["flow_totals"]) == 6  # five flow records
+    assert tables["process_summary"][0]["samples"] == 3
+    assert (report_data.malformed_lines, report_data.unknown_records) == (1, 1)
 
 
-def test_per_run_throughput_cpu_per_gb_and_peak_rss(metrics):
-    m = by(metrics.collect(), "run_id")
+def test_per_run_throughput_cpu_per_gb_and_peak_rss(tables):
+    m = by(tables["bench_runs"], "run_id")
     r0 = m["lz4-shallow-0"]
     assert r0["mb_s_compressed"] == approx(100.0)  # 200 MB / 2 s
     assert r0["mb_s_uncompressed"] == approx(250.0)  # 500 MB / 2 s
@@ -105,8 +74,8 @@ def test_per_run_throughput_cpu_per_gb_and_peak_rss(metrics):
     assert m["zstd-deep-0"]["cpu_s_per_gb_uncompressed"] == approx(24.0)  # 12 s / 0.5 GB
 
 
-def test_repeats_median_min_max_skip_failed_runs(summary):
-    s = by(summary.collect(), "workload_id", "mode")
+def test_repeats_median_min_max_skip_failed_runs(tables):
+    s = by(tables["bench_summary"], "workload_id", "mode")
     lz4 = s[("lz4-200B-4p", "shallow")]
     # ok repeats only; the failed run (2 MB/s, 9 GB RSS) would move every median
     assert lz4["runs"] == 3
@@ -122,10 +91,8 @@ def test_repeats_median_min_max_skip_failed_runs(summary):
     assert lz4["records_s"] == approx(400_000.0)  # {500k, 250k, 400k}
 
 
-def test_latency_percentiles_interpolate_between_ranks(runs, summary):
-    from shallowmirror.reports import jobs
-
-    per_run = by(jobs.run_latency(runs).collect(), "run_id")
+def test_latency_percentiles_interpolate_between_ranks(tables):
+    per_run = by(tables["run_latency"], "run_id")
     r0 = per_run["lz4-shallow-0"]  # samples 10, 20, 30, 40, 50 (n=5, ranks 0..4)
     assert r0["latency_samples"] == 5
     assert r0["latency_p50"] == approx(30.0)  # rank 2
@@ -134,14 +101,14 @@ def test_latency_percentiles_interpolate_between_ranks(runs, summary):
     assert r0["latency_max"] == approx(50.0)
     # Pooled over the ok lz4 shallow repeats: 5 10 15 20 30 40 50 100 (n=8, ranks 0..7);
     # the failed run's 100000 ms sample is left out (it would make p99 ~ 70000).
-    pooled = by(summary.collect(), "workload_id", "mode")[("lz4-200B-4p", "shallow")]
+    pooled = by(tables["bench_summary"], "workload_id", "mode")[("lz4-200B-4p", "shallow")]
     assert pooled["latency_p50"] == approx(25.0)  # rank 3.5: 20 + 0.5 * 10
     assert pooled["latency_p95"] == approx(82.5)  # rank 6.65: 50 + 0.65 * 50
     assert pooled["latency_p99"] == approx(96.5)  # rank 6.93: 50 + 0.93 * 50
 
 
-def test_shallow_ratios_against_each_baseline(ratios):
-    r = by(ratios.collect(), "workload_id", "baseline_mode")
+def test_shallow_ratios_against_each_baseline(tables):
+    r = by(tables["ratios"], "workload_id", "baseline_mode")
     assert set(r) == {("lz4-200B-4p", "deep-confluent"), ("lz4-200B-4p", "fetch-only"),
                       ("zstd-200B-4p", "deep-confluent")}
     deep = r[("lz4-200B-4p", "deep-confluent")]
@@ -153,11 +120,11 @@ def test_shallow_ratios_against_each_baseline(ratios):
     assert r[("lz4-200B-4p", "fetch-only")]["throughput_ratio"] == approx(0.64)  # 80 / 125
 
 
-def test_goals_pass_or_miss_with_margin(summary, ratios):
-    from shallowmirror.reports import jobs
-
-    g = by(jobs.goals(summary, ratios).collect(), "goal", "codec")
-    assert len(g) == 5
+def test_goals_pass_or_miss_with_margin(tables):
+    g = by(tables["goals"], "goal", "codec")
+    # five checked goals, and gzip's CPU goal that has no runs to check
+    assert len(g) == 6
+    assert g[("cpu_per_gb", "gzip")]["status"] == "NO DATA"
     lz4 = g[("cpu_per_gb", "lz4")]  # 16.67x against >= 10x
     assert (lz4["status"], lz4["margin"], lz4["margin_fraction"]) == (
         "PASS", approx(20 / 3), approx(2 / 3))
@@ -175,25 +142,24 @@ def test_goals_pass_or_miss_with_margin(summary, ratios):
         "MISS", approx(-0.16), approx(-0.2))
 
 
-def test_failed_runs_are_listed(metrics):
-    from shallowmirror.reports import jobs
-
-    failed = jobs.failed_runs(metrics).collect()
-    assert [(f.run_id, f.error) for f in failed] == [("lz4-shallow-3", "target unreachable")]
+def test_failed_runs_are_listed(tables):
+    failed = tables["failed_runs"]
+    assert [(f["run_id"], f["error"]) for f in failed] == [("lz4-shallow-3", "target unreachable")]
 
 
-def test_bench_progress_becomes_throughput_over_time(runs):
-    from shallowmirror.reports import jobs
-
-    rows = jobs.bench_throughput_series(runs).where("run_id = 'lz4-shallow-0'").orderBy(
-        "t_s").collect()
+def test_bench_progress_becomes_throughput_over_time(tables):
+    rows = sorted((r for r in tables["bench_throughput_series"]
+                   if r["run_id"] == "lz4-shallow-0"), key=lambda r: r["t_s"])
     # samples (t, records, bytes): (0,0,0) (0.5,200k,40MB) (1.5,700k,140MB) (2.0,1M,200MB)
-    assert [r.t_s for r in rows] == [0.5, 1.5, 2.0]
-    assert [r.mb_s_compressed for r in rows] == approx([80.0, 100.0, 120.0])  # 40/.5 100/1 60/.5
-    assert [r.records_s for r in rows] == approx([400_000.0, 500_000.0, 600_000.0])
-    rss = jobs.bench_rss_series(runs).where("run_id = 'lz4-deep-0'").orderBy("t_s").collect()
-    assert [(r.t_s, r.rss_bytes) for r in rss] == [
+    assert [r["t_s"] for r in rows] == [0.5, 1.5, 2.0]
+    assert [r["mb_s_compressed"] for r in rows] == approx([80.0, 100.0, 120.0])  # 40/.5 100 60/.5
+    assert [r["records_s"] for r in rows] == approx([400_000.0, 500_000.0, 600_000.0])
+    rss = sorted((r for r in tables["bench_rss_series"] if r["run_id"] == "lz4-deep-0"),
+                 key=lambda r: r["t_s"])
+    assert [(r["t_s"], r["rss_bytes"]) for r in rss] == [
         (0.0, 100_000_000), (2.5, 150_000_000), (5.0, 140_000_000)]
+    # only the first ok repeat of each mode is plotted over time
+    assert {r["run_id"] for r in tables["bench_rss_series"]} == {"lz4-shallow-0", "lz4-deep-0"}
 
 
 def test_flow_windows(records):
@@ -221,10 +187,8 @@ def test_flow_windows(records):
         jobs.flow_windows(flow, 0)
 
 
-def test_flow_totals_and_latency(records):
-    from shallowmirror.reports import jobs
-
-    t = by(jobs.flow_totals(jobs.flow_records(records)).collect(), "topic")
+def test_flow_totals_and_latency(tables):
+    t = by(tables["flow_totals"], "topic")
     t1 = t["t1"]
     # 1000 records, 10000 B between 1000.25 and 1002.25: span 2 s
     assert (t1["records"], t1["compressed_bytes"], t1["batches"], t1["span_s"]) == (
@@ -240,19 +204,15 @@ def test_flow_totals_and_latency(records):
     assert t["t2"]["mb_s_compressed"] is None  # one record: no span to divide by
 
 
-def test_process_cpu_and_rss(records):
-    from shallowmirror.reports import jobs
-
-    proc = jobs.process_records(records)
-    series = jobs.process_series(proc).orderBy("time").collect()
+def test_process_cpu_and_rss(tables):
+    series = sorted(tables["process_series"], key=lambda r: r["time"])
     # cumulative cpu 1.5, 2.25, 3.0 at t = 0, 1, 3: cores 0.75 / 1 s, then 0.75 / 2 s
-    assert [r.cpu_s for r in series] == approx([1.5, 2.25, 3.0])
-    assert [r.cpu_cores for r in series] == [None, approx(0.75), approx(0.375)]
-    assert [r.t_s for r in series] == [0.0, 1.0, 3.0]
-    summary = jobs.process_summary(proc)
-    s = summary.first()
-    assert (s.cpu_s, s.peak_rss_bytes, s.mean_cpu_cores) == (approx(1.5), 40_000_000,
-                                                             approx(0.5))
-    per_gb = jobs.engine_cpu_per_gb(summary, jobs.flow_records(records)).first()
+    assert [r["cpu_s"] for r in series] == approx([1.5, 2.25, 3.0])
+    assert [r["cpu_cores"] for r in series] == [None, approx(0.75), approx(0.375)]
+    assert [r["t_s"] for r in series] == [0.0, 1.0, 3.0]
+    s = tables["process_summary"][0]
+    assert (s["cpu_s"], s["peak_rss_bytes"], s["mean_cpu_cores"]) == (
+        approx(1.5), 40_000_000, approx(0.5))
+    per_gb = tables["engine_cpu_per_gb"][0]
     # 1.5 CPU s over 10500 B (10000 B of t1 + 500 B of t2)
-    assert per_gb.cpu_s_per_gb_compressed == approx(1.5 / 10500e-9)
+    assert per_gb["cpu_s_per_gb_compressed"] == approx(1.5 / 10500e-9)

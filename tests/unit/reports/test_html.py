@@ -1,0 +1,114 @@
+"""The report renders from the committed fixtures: page, tables, decodable PNG plots, CSV, JSON."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+#: bench: CPU/GB, throughput, peak RSS, throughput over time, RSS over time, latency;
+#: engine: throughput over time, CPU and RSS over time.
+EXPECTED_PLOTS = 8
+
+
+@pytest.fixture(scope="module")
+def report(report_files):
+    """run_report over the fixture directory (conftest runs it once for all report tests)."""
+    return report_files
+
+
+def test_window_is_stated(report_data, tmp_path):
+    from shallowmirror.reports.html import write_report
+
+    files = write_report(replace(report_data, window_s=2.5), tmp_path)
+    assert "throughput window 2.5 s" in files.html.read_text()
+    assert json.loads(files.summary_json.read_text())["window_s"] == 2.5
+
+
+@pytest.mark.spark
+def test_html_has_plots_that_decode_as_png(report):
+    page = report.html.read_text(encoding="utf-8")
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert report.plots == len(images) == EXPECTED_PLOTS
+    for encoded in images:
+        png = base64.b64decode(encoded, validate=True)
+        assert png.startswith(PNG_MAGIC)
+        width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+        assert width > 300 and height > 200
+
+
+@pytest.mark.spark
+def test_html_has_goals_and_tables(report):
+    page = report.html.read_text(encoding="utf-8")
+    for heading in ("Goals", "Benchmarks: shallow against deep mirroring",
+                    "Per workload and mode", "Shallow against each baseline", "Failed runs",
+                    "Engine metrics", "Per flow and topic", "Per process"):
+        assert heading in page
+    assert page.count("<table") == 6
+    # zstd: 24x against >= 30x is a miss and says by how much; gzip has no runs at all
+    assert "24.0x (goal &gt;= 30.0x): missed by 6.00x (20%) short" in page
+    assert "needs ok shallow and deep-confluent runs of gzip" in page
+    assert page.count("badge pass") == 3 and page.count("badge miss") == 2
+    assert "Skipped 1 line(s) that were not JSON and 1 record(s) of an unknown kind" in page
+    assert "target unreachable" in page
+
+
+@pytest.mark.spark
+def test_csv_and_json_summaries_parse(report):
+    assert {"goals", "bench_summary", "ratios", "flow_totals", "flow_windows",
+            "process_summary"} <= set(report.csv)
+    with report.csv["bench_summary"].open() as f:
+        rows = list(csv.DictReader(f))
+    lz4 = next(r for r in rows if r["workload_id"] == "lz4-200B-4p" and r["mode"] == "shallow")
+    assert float(lz4["mb_s_compressed"]) == pytest.approx(80.0)
+    assert lz4["mb_s_uncompressed_min"] == "125.0"
+    assert report.csv["goals"].read_text().count("\n") == 1 + 6  # header + goal rows
+    summary = json.loads(report.summary_json.read_text())
+    assert summary["units"]["GB"] == 1e9
+    assert summary["malformed_lines"] == 1
+    statuses = {(g["goal"], g["codec"]): g["status"] for g in summary["goals"]}
+    assert statuses[("cpu_per_gb", "gzip")] == "NO DATA"
+    assert statuses[("fetch_only_throughput", "lz4")] == "MISS"
+    assert len(summary["flow_totals"]) == 2
+
+
+def test_goal_margin_text():
+    from shallowmirror.reports.html import goal_margin_text
+
+    miss = {"goal": "cpu_per_gb", "status": "MISS", "measured": 24.0, "threshold": 30.0,
+            "comparison": ">=", "margin": -6.0, "margin_fraction": -0.2}
+    assert goal_margin_text(miss) == "24.0x (goal >= 30.0x): missed by 6.00x (20%) short"
+    flat = {"goal": "shallow_rss_flat", "status": "MISS", "measured": 1.5, "threshold": 1.25,
+            "comparison": "<=", "margin": -0.25, "margin_fraction": -0.2}
+    assert goal_margin_text(flat).endswith("missed by 0.250x (20%) over")
+    ok = {**miss, "status": "PASS", "measured": 33.0, "margin": 3.0, "margin_fraction": 0.1}
+    assert goal_margin_text(ok) == "33.0x (goal >= 30.0x): 3.00x (10%) to spare"
+
+
+def test_render_without_spark_and_without_data(tmp_path):
+    from shallowmirror.reports.html import ReportData, write_report
+
+    files = write_report(ReportData(inputs=["x.jsonl"], generated_at="now", window_s=1.0),
+                         tmp_path)
+    page = files.html.read_text()
+    assert files.plots == 0 and "no benchmark runs and no engine metrics" in page
+    assert json.loads(files.summary_json.read_text())["goals"] == []
+
+
+def test_missing_inputs_are_named(tmp_path):
+    from shallowmirror.errors import ShallowMirrorError
+    from shallowmirror.reports.report import find_inputs
+
+    with pytest.raises(ShallowMirrorError, match="not found: .*nope"):
+        find_inputs([tmp_path / "nope"])
+    with pytest.raises(ShallowMirrorError, match="no \\*.jsonl"):
+        find_inputs([tmp_path])
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.jsonl").write_text("{}\n")
+    assert find_inputs([tmp_path]) == [tmp_path / "sub" / "a.jsonl"]
