@@ -95,7 +95,10 @@ class DeepFlowRunner:
         if settings.get("fetch.max.wait.ms") is not None:
             conf["fetch.wait.max.ms"] = settings["fetch.max.wait.ms"]
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
-                     "enable.partition.eof": False})
+                     "enable.partition.eof": False,
+                     # The engine's membership uses roundrobin: shallow and deep processes
+                     # may share one group (and a group switched between modes keeps working).
+                     "partition.assignment.strategy": "roundrobin"})
         return {k: v for k, v in conf.items() if k not in _NOT_FOR_LIBRDKAFKA}
 
     @staticmethod
