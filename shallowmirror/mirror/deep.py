@@ -23,6 +23,7 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,8 +53,14 @@ class DeepFlowRunner:
     def __init__(self, *, flow: str, source_config: Mapping[str, Any],
                  target_config: Mapping[str, Any], settings: Mapping[str, Any],
                  topic_mapper: Callable[[str], str],
-                 codec_for_topic: Callable[[str], str | None] | None = None):
+                 codec_for_topic: Callable[[str], str | None] | None = None,
+                 metrics_sink: Any = None, source_alias: str = "source",
+                 target_alias: str = "target"):
         self.flow = flow
+        self.metrics_sink = metrics_sink
+        self.source_alias, self.target_alias = source_alias, target_alias
+        self._run_id = uuid.uuid4().hex[:16]
+        self._emitted: dict[tuple[str, int], tuple[int, int]] = {}
         self.topic_mapper = topic_mapper
         self.codec_for_topic = codec_for_topic or (lambda topic: None)
         try:
@@ -67,6 +74,8 @@ class DeepFlowRunner:
                     "shallowmirror-" + flow.replace("->", "-")}
         self._settings = settings
         self._commit_interval_s = float(settings.get("offset.commit.interval.ms", 5000)) / 1000
+        self._metrics_interval_s = max(0.2, float(settings.get("metrics.interval.ms") or 1000)
+                                       / 1000)
         self._source_config = self._consumer_config(source_config, settings)
         self._target_config = self._producer_config(target_config, settings)
         self._forced_codec = target_config.get("compression.type") or target_config.get(
@@ -153,7 +162,7 @@ class DeepFlowRunner:
         consumer = build_client(Consumer, self._source_config,
                                 what=f"flow {self.flow} deep consumer")
         subscribed: list[str] = []
-        last_commit = time.monotonic()
+        last_commit = last_metrics = time.monotonic()
         try:
             while not halt.is_set():
                 if self._failure is not None:
@@ -184,11 +193,15 @@ class DeepFlowRunner:
                 if time.monotonic() - last_commit >= self._commit_interval_s:
                     self._commit(consumer)
                     last_commit = time.monotonic()
+                if time.monotonic() - last_metrics >= self._metrics_interval_s:
+                    self._emit_metrics()
+                    last_metrics = time.monotonic()
         finally:
             try:
                 self._flush_all()
                 if self._failure is None:
                     self._commit(consumer)
+                self._emit_metrics()
             finally:
                 consumer.close()
         if self._failure is not None:
@@ -231,6 +244,30 @@ class DeepFlowRunner:
                 return
             except BufferError:
                 producer.poll(0.1)  # queue full: let deliveries drain
+
+    def _emit_metrics(self) -> None:
+        """One ``flow`` record per partition that moved since the last one (metrics_schema);
+        compressed sizes are unknown here (librdkafka batches on its own), so the bytes are
+        uncompressed key + value bytes."""
+        if self.metrics_sink is None:
+            return
+        from shallowmirror import metrics_schema as schema
+
+        now = time.time()
+        with self._lock:
+            moved = [(k, p.records, p.bytes, p.lag) for k, p in self._stats.items()
+                     if self._emitted.get(k, (0, 0))[0] != p.records]
+        for key, records, nbytes, lag in moved:
+            before = self._emitted.get(key, (0, 0))
+            self._emitted[key] = (records, nbytes)
+            self.metrics_sink.emit({
+                "kind": schema.FLOW, "time": now, "run_id": self._run_id, "flow": self.flow,
+                "source_cluster": self.source_alias, "target_cluster": self.target_alias,
+                "topic": key[0], "partition": key[1], "target_topic": self.topic_mapper(key[0]),
+                "mode": "deep", "codec": self._topic_codec.get(key[0]), "batches": None,
+                "records": records - before[0], "compressed_bytes": None,
+                "uncompressed_bytes": nbytes - before[1], "latency_ms": None,
+                "latency_ms_max": None, "offset_lag": lag})
 
     def _partition(self, key: tuple[str, int]) -> PartitionStats:
         stats = self._stats.get(key)

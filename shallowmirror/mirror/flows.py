@@ -105,7 +105,9 @@ class FlowRunner:
         runner = DeepFlowRunner(flow=self.flow.name, source_config=source, target_config=target,
                                 settings=self.flow.engine_settings,
                                 topic_mapper=self.flow.remote_topic,
-                                codec_for_topic=self._source_codecs.get)
+                                codec_for_topic=self._source_codecs.get,
+                                metrics_sink=self.metrics_sink, source_alias=self.flow.source,
+                                target_alias=self.flow.target)
         runner.set_topics(list(self.ready_topics))
         return runner
 

@@ -8,6 +8,7 @@ Status line, one per flow, rates over the last interval::
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,13 +26,16 @@ class LatencyObserver:
     def __init__(self, inner: Any = None):
         self.inner = inner
         self.latency_ms: dict[tuple[str, str, int], float] = {}
+        # Deep runners emit from their worker threads: one line at a time into the file.
+        self._lock = threading.Lock()
 
     def emit(self, record: dict[str, Any]) -> None:
         if record.get("kind") == "flow" and record.get("latency_ms") is not None:
             key = (record.get("flow"), record.get("topic"), record.get("partition"))
             self.latency_ms[key] = float(record["latency_ms"])  # type: ignore[index]
         if self.inner is not None:
-            self.inner.emit(record)
+            with self._lock:
+                self.inner.emit(record)
 
     def close(self) -> None:
         if self.inner is not None:

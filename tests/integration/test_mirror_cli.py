@@ -215,9 +215,13 @@ def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_
     _load(source_cluster, topic, records=2000, codec="gzip")
     config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
                             **_flow(topics=topic))
-    result = run_until_caught_up("mirror", str(config), "--deep")
+    metrics = tmp_path / "metrics.jsonl"
+    result = run_until_caught_up("mirror", str(config), "--deep", "--metrics-file", str(metrics))
     _same(source_cluster, topic, target_cluster, f"A.{topic}")
     assert "(deep)" in result.stdout
+    events = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert sum(e["records"] for e in events if e["kind"] == "flow" and e["mode"] == "deep"
+               and e["topic"] == topic) == 2000
     # Recompressed with the codec the data came in (read from a stored batch header).
     batches, _totals = asyncio.run(fetch_all(target_cluster.client_config(), f"A.{topic}"))
     codecs = {b.compression for parts in batches.values() for b in parts}
