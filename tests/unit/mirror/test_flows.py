@@ -1,0 +1,86 @@
+"""FlowRunner's runner supervision, with a scripted fake runner (a real broker cannot be made to
+fail a runner on cue)."""
+
+import asyncio
+
+import pytest
+
+from shallowmirror.mirror.config import resolve_mm2
+from shallowmirror.mirror.flows import FlowFailedError, FlowRunner
+
+
+class ScriptedRunner:
+    """Fails ``failures`` times, then runs until stopped."""
+
+    def __init__(self, script: list):
+        self.script = script
+        self.runs = 0
+
+    def set_topics(self, topics):
+        pass
+
+    def stats(self):
+        from shallowmirror.mirror.stats import FlowStats
+        return FlowStats("A->B", "fake")
+
+    async def run(self, stop=None):
+        self.runs += 1
+        step = self.script.pop(0) if self.script else None
+        if isinstance(step, Exception):
+            raise step
+        await stop.wait()
+
+
+def _flow_runner(**keys):
+    flow = resolve_mm2({"clusters": "A, B", "A.bootstrap.servers": "a:1",
+                        "B.bootstrap.servers": "b:1", "A->B.enabled": "true", **keys}).flows[0]
+    return FlowRunner(flow)
+
+
+def test_failed_runner_is_restarted_from_the_last_commit(monkeypatch):
+    runner = _flow_runner()
+    script = [RuntimeError("target unreachable")]
+    made = []
+
+    def make(index):
+        made.append(ScriptedRunner(script))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "_make_runner", make)
+    monkeypatch.setattr("shallowmirror.mirror.flows.asyncio.wait_for",
+                        _instant_wait_for)
+
+    async def scenario():
+        stop = asyncio.Event()
+        first = make(0)
+        runner.runners = [first]
+        task = asyncio.create_task(runner._supervise(first, stop))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if len(made) == 2 and made[1].runs == 1:
+                break
+        stop.set()
+        await task
+
+    asyncio.run(scenario())
+    assert runner.restarts == 1 and len(made) == 2 and made[1].runs == 1
+    assert runner.runners == [made[1]]
+
+
+def test_abort_on_send_failure_fails_the_flow():
+    runner = _flow_runner(**{"abort.on.send.failure": "true"})
+    fake = ScriptedRunner([RuntimeError("MESSAGE_TOO_LARGE")])
+    runner.runners = [fake]
+
+    async def scenario():
+        await runner._supervise(fake, asyncio.Event())
+
+    with pytest.raises(FlowFailedError, match="flow A->B failed: MESSAGE_TOO_LARGE"):
+        asyncio.run(scenario())
+
+
+async def _instant_wait_for(awaitable, timeout):
+    """No real backoff sleeps in unit tests."""
+    if asyncio.iscoroutine(awaitable):
+        awaitable.close()
+    raise asyncio.TimeoutError
