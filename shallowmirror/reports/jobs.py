@@ -268,12 +268,17 @@ def shallow_ratios(summary: DataFrame) -> DataFrame:
 def bench_throughput_series(runs: DataFrame) -> DataFrame:
     """Per bench run, throughput between consecutive ``progress_samples`` (the later time).
 
-    Each sample is ``[t_since_start_s, records_on_target, compressed_bytes_on_target]``; the first
-    sample only anchors the next interval (harnesses start with ``[0, 0, 0]``).
+    Each sample is ``[t_since_start_s, records_on_target, compressed_bytes_on_target]``. The run
+    starts with nothing on the target, so when the first sample is later than t=0 an anchor
+    ``[0, 0, 0]`` is put before it (a fetch-only run reports a single sample at its end).
     """
+    samples = F.col("progress_samples")
+    zero = F.array(F.array(F.lit(0.0), F.lit(0.0), F.lit(0.0)))
+    anchored = F.when(F.coalesce(F.size(samples) > 0, F.lit(False)) & (samples[0][0] > 0),
+                      F.concat(zero, samples)).otherwise(samples)
     points = runs.select(
         "run_id", "mode", "repeat", "workload_id", F.col("workload.codec").alias("codec"),
-        "wall_s", F.posexplode("progress_samples").alias("i", "s"),
+        "wall_s", F.posexplode(anchored).alias("i", "s"),
     ).select(
         "run_id", "mode", "repeat", "workload_id", "codec", "wall_s", "i",
         F.col("s")[0].alias("t_s"), F.col("s")[1].alias("records"),

@@ -14,7 +14,8 @@ Fixture ``data/bench.jsonl`` (MB = 1e6 B, GB = 1e9 B; every run moves 1,000,000 
     zstd-deep-0     deep-confluent  6.0   10+2       100 MB      500 MB        400 MB        yes
 
 Fixture ``data/engine.jsonl``: five flow records of run engine-1 (topics t1, t2), three process
-samples of pid 42, one line that is not JSON and one record of an unknown kind.
+samples of pid 42, one line that is not JSON and one record of an unknown kind. Progress
+samples: see the series test.
 """
 
 from __future__ import annotations
@@ -158,6 +159,11 @@ def test_bench_progress_becomes_throughput_over_time(tables):
                  key=lambda r: r["t_s"])
     assert [(r["t_s"], r["rss_bytes"]) for r in rss] == [
         (0.0, 100_000_000), (2.5, 150_000_000), (5.0, 140_000_000)]
+    # zstd-shallow-0 has no [0, 0, 0] sample: the run starts empty, so one is assumed
+    zstd = sorted((r for r in tables["bench_throughput_series"]
+                   if r["run_id"] == "zstd-shallow-0"), key=lambda r: r["t_s"])
+    assert [(r["t_s"], r["mb_s_compressed"]) for r in zstd] == [(1.0, approx(50.0)),
+                                                               (2.0, approx(50.0))]
     # only the first ok repeat of each mode is plotted over time
     assert {r["run_id"] for r in tables["bench_rss_series"]} == {"lz4-shallow-0", "lz4-deep-0"}
 
