@@ -398,3 +398,40 @@ def test_unreachable_cluster_is_retried_with_a_clear_message(tmp_path):
     assert result.returncode == 1
     assert "cluster A did not answer Metadata" in result.stderr
     assert "retrying in" in result.stderr
+
+
+def test_mirror_waits_for_a_cluster_that_comes_up_later(target_cluster, tmp_path, on_tansu,
+                                                       broker_log_dir):
+    if not on_tansu:
+        pytest.skip("starts its own embedded source cluster on a chosen port")
+    from shallowmirror.testing.embedded import free_port, start_cluster
+
+    port = free_port()
+    topic = f"late-cluster-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "mm2.properties"
+    config.write_text(f"clusters = A, B\nA.bootstrap.servers = 127.0.0.1:{port}\n"
+                      f"B.bootstrap.servers = {target_cluster.bootstrap}\n"
+                      f"A->B.enabled = true\nA->B.topics = {topic}\n"
+                      "request.timeout.ms = 1000\nrefresh.topics.interval.seconds = 1\n"
+                      + "".join(f"{k} = {v}\n" for k, v in FAST.items()))
+    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
+    source = None
+    try:
+        wait_for(lambda: "cluster A did not answer Metadata" in mirror.log(), 30,
+                 "the unreachable-cluster message", mirror)
+        source = start_cluster("late", port=port, log_dir=broker_log_dir)
+        _load(source, topic, records=300, partitions=1)
+        wait_for(lambda: _count(target_cluster, f"A.{topic}") == 300, 90,
+                 "records from the cluster that came up later", mirror)
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+        _same(source, topic, target_cluster, f"A.{topic}")
+    finally:
+        mirror.stop()
+        if source is not None:
+            source.stop()
+
+
+def test_every_subcommand_has_help():
+    for sub in ("mirror", "legacy"):
+        result = run_cli(sub, "--help")
+        assert result.returncode == 0 and "usage: shallowmirror " + sub in result.stdout
