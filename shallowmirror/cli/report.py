@@ -24,7 +24,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+
     from shallowmirror.errors import ShallowMirrorError
+
+    # py4j logs every gateway connection at INFO; it says nothing about the report.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from shallowmirror.reports.report import run_report
 
     try:
