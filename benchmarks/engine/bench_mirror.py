@@ -1,157 +1,366 @@
-"""Mirror-process cost per codec: CPU seconds per GB moved, peak RSS against buffer.memory, and
-throughput next to a fetch-only raw consumer of the same source topic in the same run.
+"""Mirror-process cost per codec: throughput next to its two ceilings, CPU seconds per GB moved,
+the brokers' CPU, and peak RSS against buffer.memory.
 
-    .venv/bin/python benchmarks/engine/bench_mirror.py [--records 1000000] [--codecs lz4,zstd]
-        [--buffer-memory 67108864] [--out bench_mirror.jsonl]
+    .venv/bin/python benchmarks/engine/bench_mirror.py [--records 1000000 | none=3000000,...]
+        [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
+        [--set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
 
 Per codec: load N records (8 partitions, ~200-byte values) into an embedded source cluster (or
-SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP), then
+SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP), then, ``--repeat`` times, side by side:
 1. fetch-only: a child process reads every batch with raw Fetch requests (net layer + codec,
-   nothing forwarded) — the ceiling for a mirror reading this source;
-2. mirror: a child ``python -m shallowmirror.engine.run`` from offset 0 until the group's committed
-   offsets reach the end; its CPU (user+sys) and RSS are sampled by pid every 50 ms.
-Prints a table and appends one JSON object per codec to ``--out``.
+   nothing forwarded): the source-side ceiling for a mirror reading this source;
+2. produce-only: a child process (``produce_ceiling.py``) pre-fetches every batch, then sends them
+   with the engine's own Sink (same planner, stamping, encoder, requests in flight) to a fresh
+   target topic: the target-side ceiling, nothing fetched while sending;
+3. mirror: a child ``python -m shallowmirror.engine.run`` from offset 0 into a fresh target topic,
+   timed from ``engine ready`` until the target's Fetch high watermark reaches the source's end on
+   every partition (probed every 20 ms with a 5 ms Fetch wait; no commit polling).
+Each phase records its process's CPU and the embedded brokers' CPU (psutil on their pids) over the
+same window. Prints one row per codec (medians over the repeats) and appends every run as a JSON
+object to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
-from confluent_kafka import Consumer, TopicPartition
+from kafka.protocol.consumer import FetchRequest
 
 from shallowmirror import codec as codec_impl
+from shallowmirror.engine.source import FETCH_API_KEY, FETCH_VERSIONS
+from shallowmirror.net import Cluster
 from shallowmirror.testing import embedded
 from shallowmirror.testing.workload import Workload, create_topic, load
+
+HERE = Path(__file__).resolve().parent
 
 _FETCH_ONLY = """
 import asyncio, json, sys, time
 from shallowmirror.engine.rawfetch import fetch_all
+sys.stdin.readline()
 t0 = time.monotonic()
 _, totals = asyncio.run(fetch_all({"bootstrap.servers": sys.argv[1]}, sys.argv[2], keep=False))
 print(json.dumps({"wall_s": time.monotonic() - t0, "bytes": totals.bytes,
-                  "records": totals.records, "batches": totals.batches}))
+                  "records": totals.records, "batches": totals.batches,
+                  "fetches": totals.fetches}))
 """
 
 
-def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+def _sched(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one), summed over the threads
+    (/proc/PID/task/*/schedstat; zeros where unavailable)."""
+    run = wait = 0
     try:
-        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
-        return {tp.partition: tp.offset for tp in got}
-    finally:
-        c.close()
-
-
-def _ends(bootstrap: str, topic: str) -> tuple[dict[int, int], int]:
-    import asyncio
-
-    from shallowmirror.engine.rawfetch import fetch_all
-    batches, totals = asyncio.run(fetch_all({"bootstrap.servers": bootstrap}, topic))
-    return ({p: bs[-1].base_offset + bs[-1].record_count for p, bs in batches.items()},
-            totals.bytes)
-
-
-def fetch_only(source: str, topic: str) -> dict:
-    proc = subprocess.Popen([sys.executable, "-c", _FETCH_ONLY, source, topic],
-                            stdout=subprocess.PIPE)
-    ps = psutil.Process(proc.pid)
-    cpu = 0.0
-    while proc.poll() is None:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0, 0.0
+    for tid in tasks:
         try:
-            t = ps.cpu_times()
-            cpu = t.user + t.system
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    result = json.loads(proc.stdout.read())
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                fields = f.read().split()
+            run += int(fields[0])
+            wait += int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return run / 1e9, wait / 1e9
+
+
+class CpuWindow:
+    """CPU seconds (user+system, psutil) and run-queue wait seconds (schedstat) of some processes
+    between ``start`` and ``stop``. Wait time says the process was ready to run but every core
+    was busy: the machine, not the process, was the limit for that long."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.procs = [psutil.Process(p) for p in pids]
+        self.first: list[float] = []
+        self.first_wait: list[float] = []
+        self.wait_s: list[float] = []
+
+    def _now(self) -> list[float]:
+        out = []
+        for p in self.procs:
+            try:
+                t = p.cpu_times()
+                out.append(t.user + t.system)
+            except psutil.Error:
+                out.append(0.0)
+        return out
+
+    def start(self) -> None:
+        self.first = self._now()
+        self.first_wait = [_sched(p)[1] for p in self.pids]
+
+    def stop(self) -> list[float]:
+        self.wait_s = [_sched(p)[1] - w for p, w in zip(self.pids, self.first_wait,
+                                                          strict=True)]
+        return [b - a for a, b in zip(self.first, self._now(), strict=True)]
+
+
+def _probe_request(version: int, topic: str, ends: dict[int, int]):
+    return FetchRequest[version](
+        replica_id=-1, max_wait_ms=5, min_bytes=1, max_bytes=1024, isolation_level=0,
+        session_id=0, session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(
+                partition=p, current_leader_epoch=-1, fetch_offset=end, log_start_offset=-1,
+                partition_max_bytes=1024) for p, end in sorted(ends.items())])],
+        forgotten_topics_data=[], rack_id="")
+
+
+async def _source_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """High watermark per partition (Fetch past the end: empty answer, cheap)."""
+    cluster = Cluster({"bootstrap.servers": bootstrap}, "probe")
+    await cluster.start()
+    try:
+        await cluster.refresh_metadata([topic])
+        parts = cluster.partitions(topic) or []
+        conn = await cluster.connection(cluster.leader(topic, parts[0]))
+        version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
+        frame = await conn.request_frame(_probe_request(version, topic, {p: 1 << 62
+                                                                          for p in parts}))
+        resp = codec_impl.decode_fetch_response(frame, version)
+        return {part.partition: part.high_watermark for t in resp.topics for part in t.partitions}
+    finally:
+        await cluster.close()
+
+
+def _bytes_of(bootstrap: str, topic: str) -> int:
+    from shallowmirror.engine.rawfetch import fetch_all
+    _, totals = asyncio.run(fetch_all({"bootstrap.servers": bootstrap}, topic, keep=False))
+    return totals.bytes
+
+
+def fetch_only(source: str, topic: str, broker_pids: list[int]) -> dict:
+    proc = subprocess.Popen([sys.executable, "-c", _FETCH_ONLY, source, topic],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    mine, brokers = CpuWindow([proc.pid]), CpuWindow(broker_pids)
+    time.sleep(0.3)                 # imports done before the window opens
+    mine.start()
+    brokers.start()
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    out = proc.stdout.read()
+    cpu = mine.stop()[0]
+    broker_cpu = brokers.stop()
+    result_wait = {"wait_s": mine.wait_s[0], "broker_wait_s": brokers.wait_s}
+    proc.wait()
+    result = json.loads(out)
     result["cpu_s"] = cpu
+    result["broker_cpu_s"] = broker_cpu
+    result.update(result_wait)
     return result
 
 
-def mirror_run(source: str, target: str, topic: str, partitions: int, ends: dict[int, int],
-               buffer_memory: int) -> dict:
-    group = f"bench-{uuid.uuid4().hex[:8]}"
-    cmd = [sys.executable, "-m", "shallowmirror.engine.run", "--source", source, "--target",
-           target, "--topics", topic, "--log-level", "WARNING",
-           "--set", "partition.assignment=all", "--set", f"group.id={group}",
-           "--set", f"buffer.memory={buffer_memory}", "--set", "offset.commit.interval.ms=200"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
-    assert proc.stdout.readline().startswith(b"engine ready")
+def produce_only(source: str, target: str, topic: str, target_topic: str,
+                 broker_pids: list[int], sets: list[str]) -> dict:
+    cmd = [sys.executable, str(HERE / "produce_ceiling.py"), "--source", source, "--target",
+           target, "--topic", topic, "--target-topic", target_topic]
+    for s in sets:
+        cmd += ["--set", s]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"ready")
+    mine, brokers = CpuWindow([proc.pid]), CpuWindow(broker_pids)
+    mine.start()
+    brokers.start()
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    broker_cpu = brokers.stop()
+    mine.stop()
+    proc.wait(60)
+    result = json.loads(line)
+    result["broker_cpu_s"] = broker_cpu
+    result["wait_s"] = mine.wait_s[0]
+    result["broker_wait_s"] = brokers.wait_s
+    return result
+
+
+async def _watch_mirror(proc: subprocess.Popen, target: str, topic: str, ends: dict[int, int],
+                        broker_pids: list[int]) -> dict:
     ps = psutil.Process(proc.pid)
-    t0 = time.monotonic()
+    cluster = Cluster({"bootstrap.servers": target}, "probe")
+    await cluster.start()
+    await cluster.refresh_metadata([topic])
+    conn = await cluster.connection(cluster.leader(topic, min(ends)))
+    version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
     start = ps.cpu_times()
     startup_cpu = start.user + start.system      # interpreter + imports + connect: not per GB
-    peak_rss, cpu, last_check = 0, 0.0, 0.0
+    brokers, mine = CpuWindow(broker_pids), CpuWindow([proc.pid])
+    brokers.start()
+    mine.start()
+    t0 = time.monotonic()
+    peak_rss, cpu, next_probe = 0, 0.0, 0.0
     while True:
         t = ps.cpu_times()
         cpu = t.user + t.system
         peak_rss = max(peak_rss, ps.memory_info().rss)
         now = time.monotonic()
-        if now - last_check > 0.25:
-            last_check = now
-            if _committed(source, group, topic, partitions) == ends:
+        if now >= next_probe:
+            next_probe = now + 0.02
+            frame = await conn.request_frame(_probe_request(version, topic, ends))
+            resp = codec_impl.decode_fetch_response(frame, version)
+            high = {part.partition: part.high_watermark for tt in resp.topics
+                    for part in tt.partitions}
+            if all(high.get(p, -1) >= end for p, end in ends.items()):
                 break
         if now - t0 > 600:
             raise RuntimeError("mirror did not finish in 600 s")
-        time.sleep(0.05)
+        await asyncio.sleep(0.01)
     wall = time.monotonic() - t0
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(60)
+    t = ps.cpu_times()
+    cpu = t.user + t.system
+    broker_cpu = brokers.stop()
+    mine.stop()
+    await cluster.close()
     return {"wall_s": wall, "cpu_s": cpu - startup_cpu, "startup_cpu_s": startup_cpu,
-            "peak_rss_bytes": peak_rss}
+            "peak_rss_bytes": peak_rss, "broker_cpu_s": broker_cpu, "wait_s": mine.wait_s[0],
+            "broker_wait_s": brokers.wait_s}
+
+
+def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int, int],
+               buffer_memory: int, broker_pids: list[int], sets: list[str],
+               py_spy: str | None) -> dict:
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    cmd = [sys.executable, "-m", "shallowmirror.engine.run", "--source", source, "--target",
+           target, "--topics", topic, "--prefix", prefix, "--log-level", "WARNING",
+           "--set", "partition.assignment=all", "--set", f"group.id={group}",
+           "--set", f"buffer.memory={buffer_memory}"]
+    for s in sets:
+        cmd += ["--set", s]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"engine ready")
+    spy = None
+    try:
+        if py_spy:
+            spy = subprocess.Popen(
+                [os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--pid",
+                 str(proc.pid), "--rate", "200", "--format", "raw", "-o", py_spy,
+                 "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+        result = asyncio.run(_watch_mirror(proc, target, f"{prefix}.{topic}", ends,
+                                           broker_pids))
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    return result
+
+
+def _records_for(spec: str, codec: str) -> int:
+    if "=" not in spec:
+        return int(spec)
+    table = dict(item.split("=", 1) for item in spec.split(","))
+    return int(table.get(codec, table.get("default", "1000000")))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--records", default="1000000",
+                        help="N, or per codec: none=3000000,lz4=3000000,default=1000000")
     parser.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd")
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--buffer-memory", type=int, default=64 * 1024 * 1024)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="engine setting for the mirror and the produce-only run")
+    parser.add_argument("--phases", default="fetch,produce,mirror")
+    parser.add_argument("--py-spy", help="directory: record the mirror with py-spy (raw stacks)")
     parser.add_argument("--out", default="bench_mirror.jsonl")
     args = parser.parse_args()
+    phases = set(args.phases.split(","))
     external = embedded.external_from_env()
     ctx = embedded.embedded_clusters("source", "target") if external is None else None
     clusters = external or ctx.__enter__()
     source, target = clusters[0].bootstrap, clusters[1].bootstrap
-    print(f"codec impl {codec_impl.IMPLEMENTATION}; {args.records} records per codec; "
-          f"buffer.memory {args.buffer_memory}")
-    print(f"{'codec':7} {'MB':>7} {'mirror s':>8} {'MB/s':>7} {'fetch MB/s':>10} {'ratio':>6} "
-          f"{'CPU s/GB':>8} {'peak RSS MB':>11}")
+    broker_pids = [c.pid for c in clusters if getattr(c, "embedded", False)]
+    print(f"codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; buffer.memory "
+          f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'codec':7} {'MB':>6} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
+          f"{'m/min':>5} {'CPU s/GB':>8} {'brokers s/GB (src+tgt)':>22} {'RSS MB':>7}  (MB/s)")
     try:
         for codec in args.codecs.split(","):
+            records = _records_for(args.records, codec)
             topic = f"bench-{codec}-{uuid.uuid4().hex[:6]}"
-            w = Workload(topic=topic, records=args.records, partitions=8, codec=codec,
+            w = Workload(topic=topic, records=records, partitions=8, codec=codec,
                          value_bytes=200, batch_bytes=1_000_000, linger_ms=50)
             load({"bootstrap.servers": source}, w)
-            create_topic({"bootstrap.servers": target}, Workload(topic=topic, partitions=8))
-            ends, total_bytes = _ends(source, topic)
-            fo = fetch_only(source, topic)
-            mr = mirror_run(source, target, topic, 8, ends, args.buffer_memory)
-            gb = total_bytes / 1e9
-            row = {"codec": codec, "records": args.records, "compressed_bytes": total_bytes,
-                   "buffer_memory": args.buffer_memory, "codec_impl": codec_impl.IMPLEMENTATION,
-                   "mirror": mr, "fetch_only": fo,
-                   "mirror_mb_s": total_bytes / 1e6 / mr["wall_s"],
-                   "fetch_only_mb_s": fo["bytes"] / 1e6 / fo["wall_s"],
-                   "cpu_s_per_gb": mr["cpu_s"] / gb}
-            row["throughput_ratio"] = row["mirror_mb_s"] / row["fetch_only_mb_s"]
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(f"{codec:7} {total_bytes / 1e6:7.1f} {mr['wall_s']:8.2f} "
-                  f"{row['mirror_mb_s']:7.1f} {row['fetch_only_mb_s']:10.1f} "
-                  f"{row['throughput_ratio']:6.2f} {row['cpu_s_per_gb']:8.2f} "
-                  f"{mr['peak_rss_bytes'] / 1e6:11.1f}", flush=True)
+            ends = asyncio.run(_source_ends(source, topic))
+            total_bytes = _bytes_of(source, topic)
+            runs = []
+            for rep in range(args.repeat):
+                run = {"codec": codec, "records": records, "compressed_bytes": total_bytes,
+                       "buffer_memory": args.buffer_memory, "settings": args.set, "repeat": rep,
+                       "codec_impl": codec_impl.IMPLEMENTATION,
+                       "load_average": os.getloadavg()[0]}
+                if "fetch" in phases:
+                    fo = fetch_only(source, topic, broker_pids)
+                    run["fetch_only"] = fo
+                    run["fetch_only_mb_s"] = fo["bytes"] / 1e6 / fo["wall_s"]
+                if "produce" in phases:
+                    ptopic = f"{topic}-p{rep}"
+                    create_topic({"bootstrap.servers": target}, Workload(topic=ptopic,
+                                                                         partitions=8))
+                    po = produce_only(source, target, topic, ptopic, broker_pids, args.set)
+                    run["produce_only"] = po
+                    run["produce_only_mb_s"] = po["bytes"] / 1e6 / po["wall_s"]
+                if "mirror" in phases:
+                    prefix = f"m{rep}"
+                    create_topic({"bootstrap.servers": target},
+                                 Workload(topic=f"{prefix}.{topic}", partitions=8))
+                    spy = (os.path.join(args.py_spy, f"{codec}-{rep}.txt")
+                           if args.py_spy else None)
+                    mr = mirror_run(source, target, topic, prefix, ends, args.buffer_memory,
+                                    broker_pids, args.set, spy)
+                    run["mirror"] = mr
+                    run["mirror_mb_s"] = total_bytes / 1e6 / mr["wall_s"]
+                    run["cpu_s_per_gb"] = mr["cpu_s"] / (total_bytes / 1e9)
+                runs.append(run)
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(run) + "\n")
+            _print_row(codec, total_bytes, runs)
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
     return 0
+
+
+def _med(runs: list[dict], *keys: str) -> float:
+    vals = []
+    for r in runs:
+        v = r
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None:
+            vals.append(v)
+    return statistics.median(vals) if vals else float("nan")
+
+
+def _print_row(codec: str, total_bytes: int, runs: list[dict]) -> None:
+    gb = total_bytes / 1e9
+    m, f, p = (_med(runs, k) for k in ("mirror_mb_s", "fetch_only_mb_s", "produce_only_mb_s"))
+    for r in runs:
+        if "mirror" in r:
+            r["_bsrc"], r["_btgt"] = (x / gb for x in r["mirror"]["broker_cpu_s"][:2]) \
+                if len(r["mirror"]["broker_cpu_s"]) >= 2 else (float("nan"),) * 2
+    bsrc, btgt = _med(runs, "_bsrc"), _med(runs, "_btgt")
+    ceiling = min(x for x in (f, p) if x == x) if (f == f or p == p) else float("nan")
+    print(f"{codec:7} {total_bytes / 1e6:6.0f} {m:7.1f} {f:7.1f} {p:7.1f} {m / f:5.2f} "
+          f"{m / ceiling:5.2f} {_med(runs, 'cpu_s_per_gb'):8.2f} {bsrc:10.2f} + {btgt:9.2f} "
+          f"{_med(runs, 'mirror', 'peak_rss_bytes') / 1e6:7.0f}", flush=True)
 
 
 if __name__ == "__main__":
