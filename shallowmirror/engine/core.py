@@ -108,6 +108,9 @@ class EngineCore:
         self.flow = flow or f"{source_alias}->{target_alias}"
         self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
         self.acks = acks_value(self.settings)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._discovery_wake: asyncio.Event | None = None
+        self._fatal_event: asyncio.Event | None = None
         self.set_topics(topics)
         self.budget = ByteBudget(self.settings["buffer.memory"])
         self.identity = ProducerIdentity(idempotent=self.settings["enable.idempotence"],
@@ -151,6 +154,22 @@ class EngineCore:
         """Change the topic set (list, regex or predicate); picked up by the next discovery."""
         self._topic_filter, self._topic_names = topic_predicate(topics)
         self._topics_changed = True
+        self._wake_soon(self._discovery_wake)
+
+    def _wake_soon(self, event: asyncio.Event | None) -> None:
+        """Set ``event`` from the engine's loop or from any other thread (no-op before run)."""
+        loop = self._loop
+        if event is None or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            with contextlib.suppress(RuntimeError):     # loop closing
+                loop.call_soon_threadsafe(event.set)
 
     def backoff(self) -> Backoff:
         return Backoff(self.settings["retry.backoff.ms"], self.settings["retry.backoff.max.ms"])
@@ -168,7 +187,11 @@ class EngineCore:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Mirror until ``stop`` is set (or a fatal error); commit on the way out."""
         self._stop_event = stop = stop or asyncio.Event()
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        self._discovery_wake = asyncio.Event()
+        self._fatal_event = asyncio.Event()
+        if self._fatal is not None:
+            self._fatal_event.set()
         self.source = Cluster(self.source_config, self.source_alias)
         self.target = Cluster(self.target_config, self.target_alias)
         try:
@@ -197,8 +220,10 @@ class EngineCore:
             raise self._fatal
 
     async def _wait_fatal(self) -> None:
-        while self._fatal is None:
-            await asyncio.sleep(0.1)
+        assert self._fatal_event is not None
+        while self._fatal is None:       # woken by fail() (no polling)
+            await self._fatal_event.wait()
+            self._fatal_event.clear()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -208,6 +233,7 @@ class EngineCore:
             self._tasks.discard(t)
             if not t.cancelled() and t.exception() is not None and self._fatal is None:
                 self._fatal = t.exception()
+                self._wake_soon(self._fatal_event)
                 log.error("engine task failed: %s", t.exception(), exc_info=t.exception())
 
         task.add_done_callback(done)
@@ -216,6 +242,7 @@ class EngineCore:
     def fail(self, err: BaseException) -> None:
         if self._fatal is None:
             self._fatal = err
+            self._wake_soon(self._fatal_event)
 
     async def _shutdown(self) -> None:
         self.stopping = True
@@ -300,18 +327,31 @@ class EngineCore:
 
     # ------------------------------------------------------------------ discovery & ownership
     async def _discovery_loop(self) -> None:
+        """Discover topics/partitions at start, every ``metadata.max.age.ms``, at once when the
+        topic set changes (``set_topics``) and, after a failed attempt, with backoff. Between
+        those it sleeps on an event: no polling (one Metadata request per interval, for the
+        named topics or, with a regex/predicate, for all topics)."""
         assert self.source is not None and self.membership is not None
+        assert self._discovery_wake is not None
         interval = self.settings["metadata.max.age.ms"] / 1000
-        last = 0.0
+        backoff = self.backoff()
+        next_at = 0.0
         while not self.stopping:
-            if self._topics_changed or time.monotonic() - last >= interval:
+            if self._topics_changed or time.monotonic() >= next_at:
                 self._topics_changed = False
-                last = time.monotonic()
                 try:
                     await self._discover()
+                    backoff.reset()
+                    next_at = time.monotonic() + interval
                 except ConnectionFailedError as err:
                     self.note_unreachable(self.source_alias, err)
-            await asyncio.sleep(0.2)
+                    next_at = time.monotonic() + backoff.next_s()
+            self._discovery_wake.clear()
+            if self._topics_changed:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._discovery_wake.wait(),
+                                       max(0.0, next_at - time.monotonic()))
 
     async def _discover(self) -> None:
         assert self.source is not None and self.membership is not None
