@@ -5,10 +5,12 @@ the frame, so the frame stays alive until its last batch is acknowledged or drop
 ``FrameLease`` counts the batches still holding a frame and gives the frame's bytes back when the
 count reaches zero.
 
-Fetchers call ``wait_room(fetch_max_bytes)`` before each Fetch: it returns once the bytes in use
-plus one more fetch fit the limit (or nothing is in use, so a single oversize fetch can never
-deadlock). Peak memory held is therefore at most ``limit + fetch.max.bytes`` per fetcher that
-passed the check at once — the "configured budget plus a fixed base" the benchmarks measure.
+Fetchers call ``wait_room(n)`` before each Fetch (n: a quarter of the limit, at most
+fetch.max.bytes) and then ask the broker for at most the bytes still free: it returns once the
+bytes in use plus ``n`` fit the limit (or nothing is in use, so a single oversize fetch can never
+deadlock). Peak memory held is therefore the limit plus what a broker returns beyond the asked
+``max_bytes`` (Kafka: the first batch; tansu: ~5 MiB), per fetcher that passed the check at once
+— the "configured budget plus a fixed base" the benchmarks measure.
 """
 
 from __future__ import annotations

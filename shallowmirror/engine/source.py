@@ -7,8 +7,12 @@ filters them (control batches; aborted transactions under read_committed), rebui
 that cannot go out as is (a mid-batch first fetch, compaction gaps, legacy magic), registers every
 kept batch with the partition's offset tracker and hands it to the engine.
 
-Memory: before each Fetch the loop waits for room in the byte budget; the frame is charged to the
-budget until its last batch is acknowledged (``FrameLease``). A trailing partial batch is simply
+Memory: before each Fetch the loop waits until a useful amount of the byte budget is free (a
+quarter of ``buffer.memory``, at most ``fetch.max.bytes``) and asks the broker for no more than
+what is free: fetching goes on while produce requests are in flight, and the bytes held stay
+within ``buffer.memory`` (plus what a broker returns beyond ``max_bytes``: Kafka's first batch,
+tansu's ~5 MiB). The frame is charged to the budget until its last batch is acknowledged
+(``FrameLease``). A trailing partial batch is simply
 fetched again next round from the last whole batch.
 
 Errors per partition: leader moved / unknown partition -> the engine refreshes metadata and moves
@@ -67,6 +71,10 @@ class Source:
         self.min_bytes = settings["fetch.min.bytes"]
         self.max_bytes = settings["fetch.max.bytes"]
         self.partition_max_bytes = settings["max.partition.fetch.bytes"]
+        #: Fetch once this much of the budget is free (asking for what is free, up to max_bytes):
+        #: a fetcher that waited for a whole fetch.max.bytes would, with a small buffer.memory,
+        #: wait for every byte to be acknowledged and never overlap fetch and produce.
+        self.min_fetch_bytes = max(1, min(self.max_bytes, core.budget.limit_bytes // 4))
         self.read_committed = settings["isolation.level"] == "read_committed"
         self.verify_crc = settings["crc.check"]
         self.legacy_convert = settings["legacy.format"] == "convert"
@@ -95,11 +103,14 @@ class Source:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            await self.budget.wait_room(self.max_bytes)
+            await self.budget.wait_room(self.min_fetch_bytes)
             if self.core.stopping:
                 return
+            budget = self.budget
+            ask = self.max_bytes if budget.in_use_bytes == 0 else min(
+                self.max_bytes, budget.limit_bytes - budget.in_use_bytes)
             try:
-                await self._fetch_once(ready)
+                await self._fetch_once(ready, ask)
                 backoff.reset()
             except ConnectionFailedError as err:
                 delay = backoff.next_s()
@@ -109,26 +120,30 @@ class Source:
                 await asyncio.sleep(delay)
                 await self.core.maybe_refresh_source_metadata(force=True)
 
-    def _request(self, version: int, ready: list[tuple[str, int]]) -> Any:
+    def _request(self, version: int, ready: list[tuple[str, int]],
+                 max_bytes: int | None = None) -> Any:
+        max_bytes = self.max_bytes if max_bytes is None else max_bytes
         topics: dict[str, list] = {}
         for tp in ready:
             sp = self.partitions[tp]
             topics.setdefault(tp[0], []).append(FetchRequest.FetchTopic.FetchPartition(
                 partition=tp[1], current_leader_epoch=-1, fetch_offset=sp.fetch_position,
-                log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
+                log_start_offset=-1,
+                partition_max_bytes=min(self.partition_max_bytes, max_bytes)))
         req = FetchRequest[version](
             replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes, isolation_level=1 if self.read_committed else 0,
+            max_bytes=max_bytes, isolation_level=1 if self.read_committed else 0,
             session_id=0, session_epoch=-1,
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
             forgotten_topics_data=[], rack_id="")
         return req
 
-    async def _fetch_once(self, ready: list[tuple[str, int]]) -> None:
+    async def _fetch_once(self, ready: list[tuple[str, int]],
+                          max_bytes: int | None = None) -> None:
         conn = await self.core.source_connection(self.node_id)
         version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
         asked = {tp: self.partitions[tp].fetch_position for tp in ready}
-        frame = await conn.request_frame(self._request(version, ready))
+        frame = await conn.request_frame(self._request(version, ready, max_bytes))
         self.fetches += 1
         if frame is None:
             return
