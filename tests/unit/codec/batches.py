@@ -7,12 +7,12 @@ Not a conftest: plain functions and constants that test modules import.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from pathlib import Path
 
 import pytest
 from crc32c import crc32c
+from implementations import native_module
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from shallowmirror.codec import layout as L
@@ -23,18 +23,9 @@ DATA = Path(__file__).parent / "data"
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def native_module():
-    """The native module, or None when it is not built (an error when native is required)."""
-    try:
-        from shallowmirror.codec import _crecords
-    except ImportError:
-        if os.environ.get("SHALLOWMIRROR_REQUIRE_NATIVE") == "1":
-            raise
-        return None
-    return _crecords
 
 
-NATIVE = native_module()
+NATIVE = native_module("_crecords")
 #: Parametrize a test over both implementations: ``@pytest.mark.parametrize("impl", IMPLS)``.
 IMPLS = [
     pytest.param(twin, id="twin"),

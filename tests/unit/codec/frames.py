@@ -3,12 +3,12 @@ with kafka-python's protocol classes (generated from Kafka's own JSON schemas)."
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 from dataclasses import dataclass, field
 
 import pytest
+from implementations import native_module
 from kafka.protocol.consumer import FetchResponse as KFetchResponse
 from kafka.protocol.producer import ProduceRequest as KProduceRequest
 from kafka.protocol.producer import ProduceResponse as KProduceResponse
@@ -26,18 +26,9 @@ _KRTopic = KProduceResponse.TopicProduceResponse
 _KRPartition = _KRTopic.PartitionProduceResponse
 
 
-def native_module():
-    """The native module, or None when it is not built (an error when native is required)."""
-    try:
-        from shallowmirror.codec import _cmessages
-    except ImportError:
-        if os.environ.get("SHALLOWMIRROR_REQUIRE_NATIVE") == "1":
-            raise
-        return None
-    return _cmessages
 
 
-NATIVE = native_module()
+NATIVE = native_module("_cmessages")
 
 
 def implementations() -> list:
