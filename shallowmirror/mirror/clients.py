@@ -22,7 +22,7 @@ T = TypeVar("T")
 #: Java client keys with no librdkafka meaning (or a different one): always dropped.
 JAVA_ONLY_KEYS = frozenset({
     "key.deserializer", "value.deserializer", "key.serializer", "value.serializer",
-    "partition.assignment.strategy", "interceptor.classes", "sasl.jaas.config",
+    "interceptor.classes", "sasl.jaas.config",
     "sasl.login.callback.handler.class", "sasl.client.callback.handler.class",
     "metric.reporters", "security.providers", "default.api.timeout.ms",
     "auto.include.jmx.reporter", "buffer.memory", "max.block.ms", "exclude.internal.topics",
@@ -38,9 +38,10 @@ _warned: set[tuple[str, str]] = set()
 def build_client(factory: Callable[[dict[str, Any]], T], config: Mapping[str, Any], *,
                  what: str) -> T:
     """``factory(config)`` after dropping keys librdkafka rejects (each warned about once)."""
-    conf = {k: v for k, v in config.items() if k not in JAVA_ONLY_KEYS}
+    conf = {k: v for k, v in config.items() if k not in JAVA_ONLY_KEYS
+            and not (k == "partition.assignment.strategy" and "." in str(v))}
     for key in sorted(set(config) - set(conf)):
-        _warn_once(key, what, "a Java client key librdkafka does not use")
+        _warn_once(key, what, "a Java client key or value librdkafka does not use")
     for _ in range(len(conf) + 1):
         try:
             return factory(dict(conf))

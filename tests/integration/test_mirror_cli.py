@@ -39,7 +39,9 @@ def mm2_properties(path: Path, source, target, **keys: str) -> Path:
     """An mm2.properties with clusters A (source fixture) and B (target fixture)."""
     lines = ["clusters = A, B", f"A.bootstrap.servers = {source.bootstrap}",
              f"B.bootstrap.servers = {target.bootstrap}"]
-    lines += [f"{k} = {v}" for k, v in {**FAST, **keys}.items()]
+    # A group per configuration file: tests share the clusters, not their consumer groups.
+    group = {"group.id": f"shallowmirror-test-{uuid.uuid4().hex[:10]}"}
+    lines += [f"{k} = {v}" for k, v in {**FAST, **group, **keys}.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -170,3 +170,14 @@ def test_mm1_errors():
 def test_reference_markdown_lists_mirror_and_engine_keys():
     text = config_reference_markdown()
     assert "| `topics.exclude` |" in text and "| `fetch.max.bytes` |" in text
+
+
+def test_librdkafka_configs_drop_java_only_keys():
+    from shallowmirror.mirror.clients import build_client
+
+    built = build_client(dict, {"bootstrap.servers": "a:1", "key.deserializer": "x.Y",
+                                "partition.assignment.strategy": "roundrobin"}, what="t")
+    assert built == {"bootstrap.servers": "a:1", "partition.assignment.strategy": "roundrobin"}
+    built = build_client(dict, {"partition.assignment.strategy":
+                                "org.apache.kafka.clients.consumer.RangeAssignor"}, what="t")
+    assert built == {}
