@@ -109,8 +109,10 @@ class Summary:
                  f"{self.wall_s:.1f} s ({self.mb_per_s:.1f} MB/s), CPU {self.cpu_s:.1f} s"
                  + (" — caught up" if self.caught_up else "")]
         for name, f in self.flows.items():
+            # The shallow path counts batch bytes as stored; the deep path key + value bytes.
+            kind = "compressed" if f["mode"] == "shallow" else "uncompressed"
             lines.append(f"  {name} ({f['mode']}): {f['records']:,} records, "
-                         f"{f['bytes'] / _MB:.1f} MB, {f['topics']} topics, lag "
+                         f"{f['bytes'] / _MB:.1f} MB {kind}, {f['topics']} topics, lag "
                          f"{'unknown' if f['lag'] is None else f['lag']}")
             lines += [f"    error: {e}" for e in f["errors"]]
         return "\n".join(lines)

@@ -230,6 +230,21 @@ def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_
     assert codecs == {1}, codecs  # gzip
 
 
+def test_a_flow_can_switch_between_shallow_and_deep(source_cluster, target_cluster, tmp_path,
+                                                   unique_topic):
+    topic = unique_topic("switch")
+    _load(source_cluster, topic, records=1500)
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=topic))
+    run_until_caught_up("mirror", str(config))
+    for seed, extra in ((1, ["--deep"]), (2, [])):
+        load(source_cluster, Workload(topic, records=700, partitions=3, codec="lz4",
+                                      value_bytes=200, create_topic=False, seed=seed))
+        run_until_caught_up("mirror", str(config), *extra)
+    # Same group, same committed offsets: every record once, in order.
+    _same(source_cluster, topic, target_cluster, f"A.{topic}")
+
+
 # -- MirrorMaker 1 flags ---------------------------------------------------------------------------
 
 
