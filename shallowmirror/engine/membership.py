@@ -154,13 +154,12 @@ class Membership:
             if new:
                 self._announce(consumer, new)
         elif kind == "commit":
-            future = command[2]
+            error: BaseException | None = None
             try:
                 self._commit_now(consumer, command[1])
             except Exception as err:  # noqa: BLE001 - reported through the future
-                future.set_exception(err)
-            else:
-                future.set_result(None)
+                error = err
+            _settle(command[2], error)
 
     def _commit_now(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
         owned = {tp: off for tp, off in offsets.items() if tp in self.assigned and off >= 0}
@@ -224,7 +223,18 @@ class Membership:
             consumer.close()
         except Exception as err:  # noqa: BLE001
             log.warning("closing the membership consumer: %s", err)
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(None)
+        _settle(future, error)
+
+
+def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
+    """Complete a caller's future unless the caller already gave up on it.
+
+    A future cancelled by the engine during shutdown (its awaiting task was cancelled) is done:
+    setting it would raise InvalidStateError here and kill the membership thread, and then
+    close() would never return."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(None)
