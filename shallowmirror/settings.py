@@ -139,11 +139,15 @@ class SettingsTable:
             raise ConfigError(problems)
         return values
 
-    def markdown(self) -> str:
-        """The configuration reference as a Markdown table (for README)."""
+    def markdown(self, exclude: Iterable[str] = ()) -> str:
+        """The configuration reference as a Markdown table (for README), without ``exclude``
+        (keys another table already documents)."""
         rows = [f"### {self.title}", "", "| key | type | default | description |",
                 "|---|---|---|---|"]
+        skip = set(exclude)
         for s in self.settings:
+            if s.name in skip:
+                continue
             default = "" if s.default is None else s.default
             if isinstance(default, list):
                 default = ",".join(default)

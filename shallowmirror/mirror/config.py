@@ -651,5 +651,6 @@ def config_reference_markdown() -> str:
              + ", ".join(f"`{k}`" for k in sorted(MM2_IGNORED_KEYS)) + ".", ""]
     table = _engine_table()
     if table is not None:
-        parts.append(table.markdown())
+        # Keys the mirror process owns (metrics.file: one file per process) are documented once.
+        parts.append(table.markdown(exclude=MIRROR_SETTINGS.names()))
     return "\n".join(parts)
