@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) -m shallowmirror.demo
 
 test: $(STAMP)
-	$(PY) -m shallowmirror.testing.java_check || true
+	$(PY) -m shallowmirror.testing.java_check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
