@@ -55,13 +55,18 @@ def test_parse_java_major(text, major):
     assert parse_java_major(text) == major
 
 
-def test_java_check_module_exits_zero_and_explains(tmp_path):
+@pytest.mark.parametrize("ci, code", [(None, 0), ("true", 1)])
+def test_java_check_module_explains_and_fails_only_under_ci(tmp_path, ci, code):
     env = {**os.environ, "PATH": str(tmp_path)}
     env.pop("JAVA_HOME", None)
+    env.pop("CI", None)
+    if ci:
+        env["CI"] = ci
     proc = subprocess.run([sys.executable, "-m", "shallowmirror.testing.java_check"], env=env,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0
-    assert "Spark report tests will be skipped" in proc.stdout and "Java 17" in proc.stdout
+    assert proc.returncode == code
+    expected = "CI=true and Spark cannot run" if ci else "Spark report tests will be skipped"
+    assert expected in proc.stdout and "Java 17" in proc.stdout
 
 
 def test_report_command_says_java_is_missing(tmp_path):
