@@ -197,6 +197,7 @@ async def _watch_mirror(proc: subprocess.Popen, target: str, topic: str, ends: d
     version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
     start = ps.cpu_times()
     startup_cpu = start.user + start.system      # interpreter + imports + connect: not per GB
+    ready_rss = ps.memory_info().rss             # the fixed base: before anything is fetched
     brokers, mine = CpuWindow(broker_pids), CpuWindow([proc.pid])
     brokers.start()
     mine.start()
@@ -225,7 +226,8 @@ async def _watch_mirror(proc: subprocess.Popen, target: str, topic: str, ends: d
     mine.stop()
     await cluster.close()
     return {"wall_s": wall, "cpu_s": cpu - startup_cpu, "startup_cpu_s": startup_cpu,
-            "peak_rss_bytes": peak_rss, "broker_cpu_s": broker_cpu, "wait_s": mine.wait_s[0],
+            "peak_rss_bytes": peak_rss, "ready_rss_bytes": ready_rss,
+            "broker_cpu_s": broker_cpu, "wait_s": mine.wait_s[0],
             "broker_wait_s": brokers.wait_s}
 
 
