@@ -34,6 +34,9 @@ class BatchInfo:
     is_transactional: bool
     timestamp_type: int
     max_timestamp: int
+    producer_epoch: int
+    base_sequence: int
+    crc: int
 
 
 @dataclass
@@ -106,7 +109,8 @@ async def fetch_all(config: Mapping[str, Any], topic: str, *, alias: str = "clus
                                 out.setdefault(part.partition, []).append(BatchInfo(
                                     b.base_offset, b.record_count, b.compression, b.size,
                                     b.producer_id, b.is_control, b.is_transactional,
-                                    b.timestamp_type, b.max_timestamp))
+                                    b.timestamp_type, b.max_timestamp, b.producer_epoch,
+                                    b.base_sequence, b.crc))
                             position[part.partition] = b.next_offset
 
         await asyncio.gather(*(run(leader, parts) for leader, parts in by_leader.items()))

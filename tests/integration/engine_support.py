@@ -10,8 +10,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from shallowmirror import codec
 from shallowmirror.engine import EngineStats, MirrorEngine
 from shallowmirror.engine.rawfetch import composition, fetch_all
+from shallowmirror.net import Cluster
 from shallowmirror.testing.workload import Workload, create_topic, load
 
 
@@ -77,3 +82,31 @@ def engine_process(source: Any, target: Any, topics: list[str], settings: Mappin
         cmd += ["--set", f"{key}={value}"]
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the child
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env={**os.environ})
+
+
+async def produce_corrupt_batch(cluster, topic: str, partition: int) -> None:
+    """A batch whose last byte is flipped: the CRC no longer matches (tansu stores it anyway)."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(3):
+        builder.append(i, timestamp=None, key=None, value=b"corrupt-%d" % i, headers=[])
+    data = bytearray(builder.build())
+    data[-1] ^= 0xFF
+    c = Cluster(cluster.client_config(), "source")
+    await c.start()
+    try:
+        await c.refresh_metadata([topic])
+        conn = await c.leader_connection(topic, partition)
+        version = conn.api_version(0, (3, 9))
+        cid = conn.next_correlation_id()
+        buffers = codec.encode_produce_request(
+            version=version, correlation_id=cid, client_id="test", transactional_id=None,
+            acks=-1, timeout_ms=10000, topics=[(topic, [(partition, [[bytes(data)]])])])
+        frame = await conn.send_raw(buffers, cid)
+        response = codec.decode_produce_response(frame, version)
+        (_, parts), = response.topics
+        if parts[0].error_code:
+            pytest.skip(f"this broker validates CRCs on produce (error {parts[0].error_code})")
+    finally:
+        await c.close()
