@@ -145,3 +145,17 @@ def test_forward(benchmark, impl, codec, size):
             twin, _py_messages)
         sent = benchmark(forward, module, messages, data)
         assert sent >= len(data)
+
+
+@pytest.mark.parametrize("verify_crc", [True, False], ids=["crc", "nocrc"])
+@pytest.mark.parametrize("impl", IMPLS[:2])
+def test_split_16kib(benchmark, impl, verify_crc):
+    """Parse (+ verify) alone on 16 KiB lz4 batches: the native/twin ratio with and without the
+    CRC pass. Both implementations call the same SSE4.2 crc32c routine, so with verification on,
+    the shared CRC time bounds the ratio; without it the ratio is the parsers' own."""
+    data = record_set("lz4", SIZES["16KiB"])
+    module = native if impl == "native" else twin
+    benchmark.group = f"split-16KiB-{'crc' if verify_crc else 'nocrc'}"
+    benchmark.extra_info.update(bytes=len(data), batches=BATCHES, impl=impl)
+    result = benchmark(module.split_batches, data, verify_crc=verify_crc)
+    assert len(result.batches) == BATCHES
