@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -61,6 +61,28 @@ async def run_until_caught_up(source: Any, target: Any, topics: list[str], *,
         stop.set()
         await task
     return engine.stats()
+
+
+def run_until(source: Any, target: Any, topics: list[str], settings: Mapping[str, Any],
+              done: Callable[[EngineStats], bool], *, polls: int = 400) -> EngineStats:
+    """Run one engine (all partitions, its own group) until ``done(stats)`` or ``polls`` x 50 ms,
+    then stop it and return its final stats: for scenarios that end in a stopped partition."""
+
+    async def scenario() -> EngineStats:
+        s = {"partition.assignment": "all", "group.id": group(), **dict(settings)}
+        engine = MirrorEngine(source.client_config(), target.client_config(), topics=topics,
+                              settings=s)
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        for _ in range(polls):
+            if done(engine.stats()):
+                break
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+        return engine.stats()
+
+    return asyncio.run(scenario())
 
 
 def batch_composition(cluster: Any, topic: str) -> dict[int, list[tuple[int, int]]]:

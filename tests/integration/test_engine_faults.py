@@ -7,9 +7,8 @@ import asyncio
 
 import pytest
 from confluent_kafka import Producer
-from engine_support import create_target, group, produce_corrupt_batch
+from engine_support import create_target, produce_corrupt_batch, run_until
 
-from shallowmirror.engine import MirrorEngine
 from shallowmirror.testing.topics import read_topic
 from shallowmirror.testing.workload import Workload, create_topic
 
@@ -33,23 +32,12 @@ def test_corrupt_source_batch_stops_only_its_partition(source_cluster, target_cl
     _produce(source_cluster, topic, 0, 5, "after")
     _produce(source_cluster, topic, 1, 50, "other")
 
-    async def scenario():
-        engine = MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
-                              topics=[topic], settings={"partition.assignment": "all",
-                                                        "group.id": group(),
-                                                        "fetch.max.wait.ms": 100})
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        for _ in range(400):
-            s = engine.stats()
-            if s.stopped and s.partitions.get((topic, 1)) and s.partitions[(topic, 1)].lag == 0:
-                break
-            await asyncio.sleep(0.05)
-        stop.set()
-        await task
-        return engine.stats()
+    def other_partition_done(s) -> bool:
+        other = s.partitions.get((topic, 1))
+        return bool(s.stopped) and other is not None and other.lag == 0
 
-    stats = asyncio.run(scenario())
+    stats = run_until(source_cluster, target_cluster, [topic], {"fetch.max.wait.ms": 100},
+                      other_partition_done)
     assert list(stats.stopped) == [(topic, 0)]
     error = stats.stopped[(topic, 0)]
     assert "CRC" in error.upper() and f"{topic}-0" in error and "offset 5" in error

@@ -12,6 +12,7 @@ from engine_support import (
     group,
     load_topic,
     raw_batches,
+    run_until,
     run_until_caught_up,
 )
 
@@ -135,23 +136,8 @@ def test_batch_larger_than_target_limit_gives_clear_error(source_cluster, target
                batch_bytes=1_000_000)
     create_target(target_cluster, topic, 2)
 
-    async def scenario():
-        from shallowmirror.engine import MirrorEngine
-        engine = MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
-                              topics=[topic], settings={"partition.assignment": "all",
-                                                        "group.id": group(),
-                                                        "max.request.size": 4096})
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        for _ in range(400):
-            if len(engine.stats().stopped) == 2:
-                break
-            await asyncio.sleep(0.05)
-        stop.set()
-        await task
-        return engine.stats()
-
-    stats = asyncio.run(scenario())
+    stats = run_until(source_cluster, target_cluster, [topic], {"max.request.size": 4096},
+                      lambda s: len(s.stopped) == 2)
     assert len(stats.stopped) == 2, stats
     for (t, p), error in stats.stopped.items():
         assert "max.request.size=4096" in error and "bytes" in error and t in error
