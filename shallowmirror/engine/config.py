@@ -74,10 +74,13 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("legacy.format", "str", "fail",
                 "Magic 0/1 source entries: convert (deep conversion to a v2 batch) or fail "
                 "(stop the partition with a clear error).", choices=("convert", "fail")),
-        Setting("log.append.time", "str", "keep",
-                "Batches with the LogAppendTime bit: keep the bit (the target stamps its own "
-                "append time) or clear it (keep the source's max timestamp as create time).",
-                choices=("keep", "clear")),
+        Setting("log.append.time", "str", "clear",
+                "Batches with the LogAppendTime bit (from LogAppendTime source topics): clear "
+                "the bit, so records carry the create times their producers set (what a Kafka "
+                "3.6+ CreateTime topic turns such a batch into anyway); or keep it, which stock "
+                "brokers reject (Kafka 3.0-3.5 always, 3.6+ on LogAppendTime target topics: "
+                "INVALID_TIMESTAMP) - only for brokers that accept it.",
+                choices=("clear", "keep")),
         Setting("multiple.batches.per.partition", "bool", False,
                 "KIP-712: several batches of one partition in one Produce request. Stock "
                 "brokers reject this; only for brokers that accept it."),
@@ -104,6 +107,10 @@ def resolve_settings(raw: Mapping[str, Any] | None, *, context: str = "engine") 
     if values["enable.idempotence"] and values["max.in.flight.requests.per.connection"] > 5:
         problems.append("max.in.flight.requests.per.connection must be <= 5 when "
                         "enable.idempotence=true (brokers track only the last 5 batches)")
+    if values["enable.idempotence"] and acks_value(values) != -1:
+        problems.append(f"acks={values['acks']} with enable.idempotence=true: idempotence needs "
+                        "acks=all (a leader failover could lose acknowledged batches); set "
+                        "acks=all or enable.idempotence=false")
     if values["fetch.max.bytes"] > values["buffer.memory"]:
         problems.append(f"fetch.max.bytes ({values['fetch.max.bytes']}) must not exceed "
                         f"buffer.memory ({values['buffer.memory']})")

@@ -40,6 +40,7 @@ PRODUCE_VERSIONS = (3, 9)
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 RECORD_LIST_TOO_LARGE = 18
+INVALID_TIMESTAMP = 32
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
@@ -238,6 +239,12 @@ class Sink:
                 tq.in_flight -= 1
                 message = part.error_message or (part.record_errors[0][1]
                                                  if part.record_errors else None)
+                if code == INVALID_TIMESTAMP:
+                    message = (f"{message or 'timestamp rejected'}; the target topic's "
+                               "message.timestamp.before.max.ms / message.timestamp.after.max.ms "
+                               "(Kafka 4 rejects records over 1 hour in the future by default) "
+                               "or message.timestamp.type=LogAppendTime with log.append.time=keep "
+                               "decide this")
                 self.core.batch_failed(batch, BrokerError(code, where, message))
                 self._maybe_requeue(ttp, tq)
 

@@ -18,6 +18,10 @@ CONFIG_PROPERTIES_EXCLUDE_DEFAULT = [
     r"follower\.replication\.throttled\.replicas",
     r"leader\.replication\.throttled\.replicas",
     r"message\.timestamp\.difference\.max\.ms",
+    # Beyond MM2's list: a source topic's window (e.g. 7 days) would make the target reject a
+    # backlog mirrored later than that window, records the source itself accepted.
+    r"message\.timestamp\.before\.max\.ms",
+    r"message\.timestamp\.after\.max\.ms",
     r"message\.timestamp\.type",
     r"unclean\.leader\.election\.enable",
     r"min\.insync\.replicas",

@@ -43,6 +43,7 @@ import asyncio
 import collections
 import logging
 import os
+import re
 import socket
 import ssl
 import struct
@@ -468,7 +469,8 @@ class BrokerConnection:
         version = ApiVersionsRequest.max_version
         for _ in range(3):
             request = ApiVersionsRequest(client_software_name="shallowmirror",
-                                         client_software_version=__version__, version=version)
+                                         client_software_version=software_version(),
+                                         version=version)
             response = await self.request(request)
             if response.error_code == 0:
                 break
@@ -618,3 +620,10 @@ def _api_name(api_key: int) -> str:
     except Exception:
         return str(api_key)
 
+
+def software_version(version: str = __version__) -> str:
+    r"""Our version as ApiVersions v3+ requires it: brokers reject anything outside
+    ``[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`` with INVALID_REQUEST (a PEP 440 local version
+    such as ``0.2.0+g1234`` would fail every connection)."""
+    cleaned = re.sub(r"[^a-zA-Z0-9.\-]", "-", version).strip(".-")
+    return cleaned or "unknown"

@@ -111,7 +111,8 @@ def test_producer_identity_sequences_and_reset() -> None:
 
 
 def test_settings_defaults_and_cross_checks() -> None:
-    values = resolve_settings({"fetch.max.wait.ms": "200", "acks": "1"})
+    values = resolve_settings({"fetch.max.wait.ms": "200", "acks": "1",
+                               "enable.idempotence": "false"})
     assert values["fetch.max.wait.ms"] == 200 and values["isolation.level"] == "read_uncommitted"
     with pytest.raises(ConfigError) as info:
         resolve_settings({"max.in.flight.requests.per.connection": "8",

@@ -41,7 +41,7 @@ def test_precedence_flow_over_cluster_over_top_level():
              "consumer.fetch.min.bytes": "10", "A.consumer.fetch.min.bytes": "20",
              "A->B.consumer.fetch.min.bytes": "30",
              "session.timeout.ms": "7000", "A.consumer.session.timeout.ms": "8000",
-             "B.producer.acks": "1"}
+             "B.producer.acks": "1", "B.producer.enable.idempotence": "false"}
     f = flows(props)
     ab, ba = f["A->B"], f["B->A"]
     assert ab.settings["topics"] == ["flow"] and ba.settings["topics"] == ["top"]
