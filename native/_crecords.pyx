@@ -49,6 +49,7 @@ cdef enum:
     TIMESTAMP_TYPE_MASK = 0x08
     TRANSACTIONAL_MASK = 0x10
     CONTROL_MASK = 0x20
+    DELETE_HORIZON_MASK = 0x40
 
 LAYOUT = {
     "LOG_OVERHEAD": LOG_OVERHEAD, "MAGIC_OFFSET": MAGIC_OFFSET, "CRC_OFFSET": CRC_OFFSET,
@@ -57,6 +58,7 @@ LAYOUT = {
     "LEGACY_MIN_LENGTH_V0": LEGACY_MIN_LENGTH_V0, "LEGACY_MIN_LENGTH_V1": LEGACY_MIN_LENGTH_V1,
     "COMPRESSION_MASK": COMPRESSION_MASK, "TIMESTAMP_TYPE_MASK": TIMESTAMP_TYPE_MASK,
     "TRANSACTIONAL_MASK": TRANSACTIONAL_MASK, "CONTROL_MASK": CONTROL_MASK,
+    "DELETE_HORIZON_MASK": DELETE_HORIZON_MASK,
 }
 
 __all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce"]
@@ -461,7 +463,8 @@ def rewrite_for_produce(BatchView batch, *, producer_id=-1, producer_epoch=-1, b
     if transactional and pid < 0:
         raise ValueError("a transactional batch needs a producer id")
 
-    cdef int attributes = batch.attributes & ~TRANSACTIONAL_MASK
+    # The delete horizon (KIP-534) is the source cleaner's schedule, not the target's: clear it.
+    cdef int attributes = batch.attributes & ~(TRANSACTIONAL_MASK | DELETE_HORIZON_MASK)
     if transactional:
         attributes |= TRANSACTIONAL_MASK
     if clear_log_append_time:

@@ -147,8 +147,9 @@ class Codec(Protocol):
                             transactional: bool = False,
                             clear_log_append_time: bool = False) -> tuple[bytes, memoryview]:
         """(new 61-byte header, view of the rest). base_offset 0 and partition_leader_epoch -1
-        (outside the CRC); producer fields/attributes as given; CRC recomputed only if a covered
-        byte changed. The payload is never decompressed."""
+        (outside the CRC); producer fields/attributes as given; the delete-horizon bit (KIP-534,
+        set by the source's log cleaner) always cleared; CRC recomputed only if a covered byte
+        changed. The payload is never decompressed."""
 
     def decode_fetch_response(self, frame: BufferLike, version: int) -> FetchResponse:
         """Decode a Fetch response frame (after the 4-byte size prefix, starting with the

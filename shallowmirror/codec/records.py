@@ -350,7 +350,9 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
     if transactional and producer_id < 0:
         raise ValueError("a transactional batch needs a producer id")
 
-    attributes = batch.attributes & ~L.TRANSACTIONAL_MASK
+    # The delete horizon (KIP-534) is the source cleaner's schedule, not the target's: clear it,
+    # so the target's own delete.retention.ms decides when its tombstones go.
+    attributes = batch.attributes & ~(L.TRANSACTIONAL_MASK | L.DELETE_HORIZON_MASK)
     if transactional:
         attributes |= L.TRANSACTIONAL_MASK
     if clear_log_append_time:

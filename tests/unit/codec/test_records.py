@@ -448,6 +448,24 @@ def test_rewrite_real_corpus_stamps_producer_and_recomputes_crc(impl, name):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("stamp", [False, True], ids=["plain", "idempotent"])
+def test_rewrite_clears_the_source_delete_horizon(impl, stamp):
+    """A compacted source batch may carry KIP-534's delete-horizon bit: the source cleaner's
+    schedule. Forwarded, it would make the target drop tombstones on the source's clock."""
+    source = build_batch("lz4", 3, value_size=0)
+    attributes = struct.unpack_from(">h", source, L.ATTRIBUTES_OFFSET)[0]
+    source = set_attributes(source, attributes | L.DELETE_HORIZON_MASK)
+    view = impl.split_batches(source).batches[0]
+    assert view.attributes & L.DELETE_HORIZON_MASK
+    fields = {"producer_id": 7, "producer_epoch": 0, "base_sequence": 0} if stamp else {}
+    header, rest = impl.rewrite_for_produce(view, **fields)
+    attributes_out = struct.unpack_from(">h", header, L.ATTRIBUTES_OFFSET)[0]
+    assert attributes_out == attributes                        # only the horizon bit went
+    reader = _decode(header, rest)                             # CRC recomputed and valid
+    assert [r.timestamp for r in reader] == [1_700_000_000_000 + i for i in range(3)]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("clear", [False, True])
 def test_rewrite_log_append_time(impl, clear):
     source = build_batch("zstd", 3)
