@@ -76,8 +76,28 @@ class Source:
         #: wait for every byte to be acknowledged and never overlap fetch and produce.
         self.min_fetch_bytes = max(1, min(self.max_bytes, core.budget.limit_bytes // 4))
         self.read_committed = settings["isolation.level"] == "read_committed"
+        #: Partitions already warned about transactional data under read_uncommitted.
+        self.warned_transactional: set = set()
         self.verify_crc = settings["crc.check"]
         self.legacy_convert = settings["legacy.format"] == "convert"
+
+    def _maybe_warn_transactional(self, sp: SourcePartition, batches: list) -> None:
+        """Say once per partition that transactional data is forwarded whatever its outcome.
+
+        The mirror drops transaction markers and clears the transactional bit, so under
+        read_uncommitted the records of aborted (and still open) source transactions become
+        ordinary data on the target, where no read_committed consumer can filter them out."""
+        if sp.tp in self.warned_transactional:
+            return
+        first = next((b for b in batches if b.is_transactional), None)
+        if first is None:
+            return
+        self.warned_transactional.add(sp.tp)
+        log.warning(
+            "cluster %s, topic-partition %s-%d, offset %d: transactional batches are mirrored "
+            "with isolation.level=read_uncommitted, so records of aborted transactions become "
+            "plain data on the target; set isolation.level=read_committed to mirror committed "
+            "records only", self.core.source_alias, sp.topic, sp.partition, first.base_offset)
 
     @property
     def budget(self) -> ByteBudget:
@@ -208,6 +228,8 @@ class Source:
                                         aborted_transactions=aborted)
             if self.read_committed and part.last_stable_offset >= 0:
                 kept = [b for b in kept if b.base_offset < part.last_stable_offset]
+            elif not self.read_committed:
+                self._maybe_warn_transactional(sp, kept)
             end = split.batches[-1].next_offset
             if self.read_committed and part.last_stable_offset >= 0:
                 end = min(end, max(part.last_stable_offset, position))

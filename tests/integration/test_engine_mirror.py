@@ -148,12 +148,16 @@ def test_batch_larger_than_target_limit_gives_clear_error(source_cluster, target
 
 
 def test_transactional_source_control_batches_not_forwarded(source_cluster, target_cluster,
-                                                            unique_topic):
+                                                            unique_topic, caplog):
     topic = unique_topic("txn")
     loaded = load_topic(source_cluster, topic, 6_000, codec="lz4", partitions=3,
                         transactional=True, transaction_records=500, abort_every=3)
     create_target(target_cluster, topic, 3)
-    stats = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic]))
+    with caplog.at_level("WARNING", logger="shallowmirror.engine.source"):
+        stats = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic]))
+    # read_uncommitted is the default: the operator is told, once per partition, what it means.
+    warnings = [r.getMessage() for r in caplog.records if "read_uncommitted" in r.getMessage()]
+    assert len(warnings) == 3 and all(topic in w for w in warnings), warnings
     src = raw_batches(source_cluster, topic)
     dst = raw_batches(target_cluster, topic)
     assert any(b.is_control for bs in src.values() for b in bs)
