@@ -1,0 +1,366 @@
+"""Real Apache Kafka clusters for tests, the demo and the benchmark harness.
+
+Each cluster is one KRaft process (broker and controller in one JVM) started from a Kafka
+distribution found through ``KAFKA_HOME`` (or an explicit argument), listening on free ports of
+127.0.0.1 with a fresh data directory and cluster id. It is ready when a Metadata request lists
+the broker *and* the JVM is still alive. It is stopped by pid (never ``kafka-server-stop.sh``,
+which stops every Kafka broker on the machine) and its data directory is removed.
+
+The API matches the tansu clusters of ``embedded``: ``alias``, ``bootstrap``, ``pid``, ``alive``,
+``client_config()``, ``stop()``; ``flavor`` is ``"kafka"``.
+
+Test-friendly broker settings (everything else is Kafka's default, as users run it):
+``log.retention.ms=-1`` (test data may carry old timestamps), ``group.initial.rebalance.delay.ms=0``
+and small internal topics (a 50-partition ``__consumer_offsets`` takes seconds to create).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shallowmirror.testing.embedded import (
+    BrokerStartError,
+    _recv_exact,
+    _set_parent_death_signal,
+    free_port,
+)
+
+log = logging.getLogger(__name__)
+
+KAFKA_HOME_ENV = "KAFKA_HOME"
+_READY_TIMEOUT_S = 90.0
+#: Settings every test cluster gets; ``overrides`` win over them.
+TEST_BROKER_SETTINGS: dict[str, str] = {
+    "log.retention.ms": "-1",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "4",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+}
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def find_kafka_home(explicit: str | os.PathLike | None = None) -> Path:
+    """The Kafka distribution: ``explicit``, else ``$KAFKA_HOME``; it must hold
+    ``bin/kafka-server-start.sh`` and ``libs/``."""
+    raw = explicit or os.environ.get(KAFKA_HOME_ENV)
+    if not raw:
+        raise BrokerStartError(
+            f"no Apache Kafka distribution: set {KAFKA_HOME_ENV} (or pass --kafka-home) to the "
+            "folder of an unpacked Kafka 3.x release"
+        )
+    home = Path(raw).expanduser().resolve()
+    if not (home / "bin" / "kafka-server-start.sh").is_file() or not (home / "libs").is_dir():
+        origin = "argument" if explicit else KAFKA_HOME_ENV
+        raise BrokerStartError(
+            f"{home} (from {origin}) is not a Kafka distribution: "
+            "bin/kafka-server-start.sh or libs/ is missing"
+        )
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise BrokerStartError("Apache Kafka needs Java 17 (no `java` on PATH and no JAVA_HOME)")
+    return home
+
+
+def metadata_lists_broker(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True if a Metadata v1 request (no topics) to host:port answers with at least one broker."""
+    client_id = b"shallowmirror-probe"
+    # Metadata v1 header (api_key 3, version 1, correlation 7, client id); topics = [] (none).
+    body = struct.pack(">hhih", 3, 1, 7, len(client_id)) + client_id + struct.pack(">i", 0)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+            payload = _recv_exact(sock, size)
+    except OSError:
+        return False
+    if size < 8:
+        return False
+    correlation, broker_count = struct.unpack(">ii", payload[:8])  # v1: brokers array first
+    return correlation == 7 and broker_count > 0
+
+
+@dataclass
+class KafkaCluster:
+    """One single-node KRaft Apache Kafka process: a whole cluster on 127.0.0.1."""
+
+    alias: str
+    port: int
+    controller_port: int
+    cluster_id: str
+    kafka_home: Path
+    work_dir: Path
+    process: subprocess.Popen | None = None
+    sasl_port: int | None = None
+    sasl_users: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)
+    flavor: str = field(default="kafka", init=False)
+    embedded: bool = field(default=False, init=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        if self.sasl_port is None:
+            raise BrokerStartError(f"cluster {self.alias} was started without a SASL listener")
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process else -1
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "logs" / "server.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.work_dir / "data"
+
+    def client_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    def log_tail(self, lines: int = 30) -> str:
+        for path in (self.log_path, self.work_dir / "logs" / "console.log"):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").splitlines()
+                if text:
+                    return "\n".join(text[-lines:])
+        return ""
+
+    def kill(self, timeout_s: float = 30.0) -> None:
+        """Stop the JVM by pid (SIGTERM, SIGKILL if it lingers); keep the data for a restart."""
+        _LIVE.pop(id(self), None)
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout_s)
+
+    def restart(self) -> None:
+        """Stop the broker and start it again on the same ports with the same data."""
+        self.kill()
+        _launch(self)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the broker by pid and remove its data and logs."""
+        self.kill(timeout_s)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+#: id(cluster) -> cluster, for the atexit safety net.
+_LIVE: dict[int, KafkaCluster] = {}
+
+
+def _server_properties(cluster: KafkaCluster) -> str:
+    listeners = [f"PLAINTEXT://127.0.0.1:{cluster.port}",
+                 f"CONTROLLER://127.0.0.1:{cluster.controller_port}"]
+    advertised = [f"PLAINTEXT://127.0.0.1:{cluster.port}"]
+    props: dict[str, str] = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{cluster.controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map":
+            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "log.dirs": str(cluster.data_dir),
+    }
+    if cluster.sasl_port is not None:
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{cluster.sasl_port}")
+        advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{cluster.sasl_port}")
+        props["sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+        plain_users = " ".join(f'user_{u}="{p}"' for u, p in cluster.sasl_users.items())
+        prefix = "listener.name.sasl_plaintext"
+        props[f"{prefix}.plain.sasl.jaas.config"] = (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};")
+        for mech in ("scram-sha-256", "scram-sha-512"):
+            props[f"{prefix}.{mech}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    props["listeners"] = ",".join(listeners)
+    props["advertised.listeners"] = ",".join(advertised)
+    props.update(TEST_BROKER_SETTINGS)
+    props.update(cluster.settings)
+    return "".join(f"{key}={value}\n" for key, value in props.items())
+
+
+def _jvm_env(cluster: KafkaCluster) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LOG_DIR"] = str(cluster.work_dir / "logs")
+    env.setdefault("KAFKA_HEAP_OPTS", "-Xmx768m -Xms256m")
+    tmp = cluster.work_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} -Djava.io.tmpdir={tmp}".strip()
+    # The distribution's scripts must not pick up a JMX port or debug agent meant for another JVM.
+    for var in ("JMX_PORT", "KAFKA_DEBUG"):
+        env.pop(var, None)
+    return env
+
+
+def _format_storage(cluster: KafkaCluster) -> None:
+    """``kafka-storage.sh format``: writes meta.properties (and SCRAM users) into the data dir."""
+    cmd = [str(cluster.kafka_home / "bin" / "kafka-storage.sh"), "format", "--ignore-formatted",
+           "-t", cluster.cluster_id, "-c", str(cluster.work_dir / "server.properties")]
+    for user, password in cluster.sasl_users.items():
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            cmd += ["--add-scram", f"{mech}=[name={user},password={password}]"]
+    env = _jvm_env(cluster)
+    env["KAFKA_HEAP_OPTS"] = "-Xmx128m"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise BrokerStartError(
+            f"kafka-storage.sh format failed for cluster {cluster.alias} "
+            f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}"
+        )
+
+
+def _launch(cluster: KafkaCluster) -> None:
+    console = cluster.work_dir / "logs" / "console.log"
+    console.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(cluster.kafka_home / "bin" / "kafka-server-start.sh"),
+           str(cluster.work_dir / "server.properties")]
+    with open(console, "ab") as out:
+        try:
+            # kafka-server-start.sh execs java, so this pid is the broker JVM's own pid.
+            cluster.process = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=_jvm_env(cluster), preexec_fn=_set_parent_death_signal,
+            )
+        except OSError as err:
+            raise BrokerStartError(f"cannot run {cmd[0]}: {err}") from err
+    _LIVE[id(cluster)] = cluster
+    try:
+        _wait_ready(cluster)
+    except BaseException:
+        cluster.kill()
+        raise
+
+
+def _wait_ready(cluster: KafkaCluster) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not cluster.alive:
+            raise BrokerStartError(
+                f"Kafka cluster {cluster.alias} (pid {cluster.pid}) exited with status "
+                f"{cluster.process.poll()} during start-up on {cluster.bootstrap}; "
+                f"logs in {cluster.work_dir / 'logs'}:\n{cluster.log_tail()}"
+            )
+        if metadata_lists_broker("127.0.0.1", cluster.port, timeout_s=1.0):
+            return
+        time.sleep(0.1)
+    raise BrokerStartError(
+        f"Kafka cluster {cluster.alias} did not answer Metadata on {cluster.bootstrap} within "
+        f"{_READY_TIMEOUT_S:.0f}s; logs in {cluster.work_dir / 'logs'}:\n{cluster.log_tail()}"
+    )
+
+
+def start_kafka_cluster(
+    alias: str = "cluster",
+    *,
+    kafka_home: str | os.PathLike | None = None,
+    log_dir: str | os.PathLike | None = None,
+    overrides: Mapping[str, str] | None = None,
+    sasl_users: Mapping[str, str] | None = None,
+    port: int | None = None,
+) -> KafkaCluster:
+    """Start one single-node KRaft cluster and return it once a client gets metadata from it.
+
+    ``log_dir`` is the parent of the cluster's own work folder (config, data, logs);
+    ``overrides`` are broker settings; ``sasl_users`` (user -> password) adds a SASL_PLAINTEXT
+    listener with PLAIN and SCRAM-SHA-256/512 for those users (``cluster.sasl_bootstrap``)."""
+    home = find_kafka_home(kafka_home)
+    parent = Path(log_dir) if log_dir else Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{alias}-", dir=parent))
+    cluster = KafkaCluster(
+        alias=alias, port=port or free_port(), controller_port=free_port(),
+        cluster_id=_random_cluster_id(), kafka_home=home, work_dir=work_dir,
+        sasl_port=free_port() if sasl_users else None, sasl_users=dict(sasl_users or {}),
+        settings={k: str(v) for k, v in (overrides or {}).items()},
+    )
+    (work_dir / "server.properties").write_text(_server_properties(cluster))
+    try:
+        _format_storage(cluster)
+        _launch(cluster)
+    except BaseException:
+        cluster.stop()
+        raise
+    log.info("Kafka cluster %s up on %s (pid %d, id %s, logs %s)", alias, cluster.bootstrap,
+             cluster.pid, cluster.cluster_id, work_dir / "logs")
+    return cluster
+
+
+def _random_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as random-uuid)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def stop_all() -> None:
+    """Stop every Kafka cluster this process started and has not stopped yet."""
+    for cluster in list(_LIVE.values()):
+        with contextlib.suppress(Exception):
+            cluster.stop()
+
+
+atexit.register(stop_all)
+
+
+@contextlib.contextmanager
+def kafka_clusters(*aliases: str, kafka_home: str | os.PathLike | None = None,
+                   log_dir: str | os.PathLike | None = None,
+                   overrides: Mapping[str, str] | None = None) -> Iterator[list[KafkaCluster]]:
+    """Start one Kafka cluster per alias (JVMs start in parallel); stop them all on exit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started: list[KafkaCluster] = []
+    with ThreadPoolExecutor(max_workers=max(1, len(aliases))) as pool:
+        futures = [pool.submit(start_kafka_cluster, alias, kafka_home=kafka_home,
+                               log_dir=log_dir, overrides=overrides) for alias in aliases]
+        errors = []
+        for future in futures:
+            try:
+                started.append(future.result())
+            except BaseException as err:  # noqa: BLE001 - stop what did start, then re-raise
+                errors.append(err)
+    try:
+        if errors:
+            raise errors[0]
+        yield started
+    finally:
+        for cluster in started:
+            cluster.stop()
