@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
+from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget
 from shallowmirror.engine.config import acks_value, resolve_settings
@@ -65,21 +65,6 @@ TopicsSpec = Sequence[str] | str | Callable[[str], bool]
 
 class MessageTooLargeError(LocatedError):
     """A source batch larger than what the target accepts."""
-
-
-class Backoff:
-    """Exponential backoff with jitter between ``retry.backoff.ms`` and ``retry.backoff.max.ms``."""
-
-    def __init__(self, first_ms: int, max_ms: int) -> None:
-        self.first_ms, self.max_ms, self.attempts = first_ms, max_ms, 0
-
-    def next_s(self) -> float:
-        delay = min(self.max_ms, self.first_ms * (2 ** min(self.attempts, 20)))
-        self.attempts += 1
-        return delay * random.uniform(0.8, 1.2) / 1000
-
-    def reset(self) -> None:
-        self.attempts = 0
 
 
 def topic_predicate(topics: TopicsSpec) -> tuple[Callable[[str], bool], list[str] | None]:
