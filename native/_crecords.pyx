@@ -8,7 +8,9 @@ Why it is fast: one buffer acquisition per call, header fields read straight fro
 pointer (no struct module, no dicts), one small object per batch created without ``__init__``,
 and the CRC-32C left to the ``crc32c`` package (SSE4.2) on a memoryview made over raw memory.
 ``boundscheck`` is off for the whole build, so every wire length is checked by hand below before
-any byte it covers is read.
+any byte it covers is read, and every argument of a public function is checked at the boundary
+(type, length, range; the same errors as the twin) before it reaches C: no argument and no byte
+can make these functions read outside an object.
 
 Wire layout (v2): baseOffset@0 q, batchLength@8 i, partitionLeaderEpoch@12 i, magic@16 b,
 crc@17 I, attributes@21 h, lastOffsetDelta@23 i, baseTimestamp@27 q, maxTimestamp@35 q,
@@ -22,6 +24,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+import operator
 import zlib
 
 from crc32c import crc32c as _crc32c
@@ -100,6 +103,14 @@ cdef inline void wr16(uint8_t *p, int16_t v) noexcept nogil:
 cdef inline uint32_t crc32c_of(const uint8_t *data, Py_ssize_t size, uint32_t seed) except? 0xFFFFFFFF:
     """CRC-32C through the crc32c package (SSE4.2), over raw memory the caller keeps alive."""
     return _crc32c(PyMemoryView_FromMemory(<char *>data, size, PyBUF_READ), seed)
+
+
+cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+
+
+cdef str _overflow_message(int64_t base_offset, int64_t last_offset_delta):
+    return (f"base offset {base_offset} + last offset delta {last_offset_delta} leaves no next "
+            f"offset within int64 (at most {INT64_MAX_C})")
 
 
 cdef object _corrupt(str message, object topic, object partition, int64_t offset,
@@ -281,6 +292,10 @@ cdef BatchView _parse_v2(object view, const uint8_t *base, Py_ssize_t pos, Py_ss
             or <int64_t>b.record_count > <int64_t>b.last_offset_delta + 1):
         raise _corrupt(f"record count {b.record_count} does not fit last offset delta "
                        f"{b.last_offset_delta}", topic, partition, b.base_offset, pos)
+    # next_offset must stay an int64 (C overflow is undefined; the twin's ints would not wrap).
+    if b.base_offset > INT64_MAX_C - 1 - <int64_t>b.last_offset_delta:
+        raise _corrupt(_overflow_message(b.base_offset, b.last_offset_delta), topic, partition,
+                       b.base_offset, pos)
     if verify_crc:
         computed = crc32c_of(p + ATTRIBUTES_OFFSET, size - ATTRIBUTES_OFFSET, 0)
         if computed != b.crc:
@@ -315,6 +330,8 @@ cdef BatchView _parse_legacy(object view, const uint8_t *base, Py_ssize_t pos, P
     if (b.attributes & COMPRESSION_MASK) > 3:
         raise _corrupt(f"unknown compression codec {b.attributes & COMPRESSION_MASK} for magic "
                        f"{magic}", topic, partition, b.base_offset, pos)
+    if b.base_offset > INT64_MAX_C - 1:
+        raise _corrupt(_overflow_message(b.base_offset, 0), topic, partition, b.base_offset, pos)
     key_pos = pos + (26 if magic == 1 else 18)
     # The minimum length checked by the caller guarantees key_pos + 8 <= end.
     key_length = rd32(base + key_pos)
@@ -388,29 +405,71 @@ cdef bint _is_abort_marker(BatchView batch) except -1:
         PyBuffer_Release(&pybuf)
 
 
-def _first_offset(item):
-    return item[1]
+# Python ints, built once: the range checks must accept any int and raise ValueError as the twin.
+cdef object _INT16_MIN = -(1 << 15), _INT16_MAX = (1 << 15) - 1
+cdef object _INT32_MIN = -(1 << 31), _INT32_MAX = (1 << 31) - 1
+cdef object _INT64_MIN = -(1 << 63), _INT64_MAX = (1 << 63) - 1
 
 
-def filter_batches(batches, *, int64_t fetch_offset, aborted_transactions=None,
+cdef object _as_int(str name, object value, object low, object high):
+    """An integer argument in [low, high]: TypeError if not an integer, ValueError if out."""
+    if type(value) is not int:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} {value} out of range [{low}, {high}]")
+    return value
+
+
+def _first_offset(tuple pair):
+    return pair[1]
+
+
+cdef list _aborted_pairs(object aborted_transactions):
+    """(producer_id, first_offset) pairs, checked, sorted by first offset (as the twin)."""
+    cdef list pairs = []
+    for item in aborted_transactions:
+        try:
+            producer_id, first_offset = item
+        except (TypeError, ValueError):
+            raise TypeError("aborted_transactions entries must be (producer_id, first_offset) "
+                            f"pairs, got {type(item).__name__} {item!r:.60}") from None
+        pairs.append((_as_int("aborted producer_id", producer_id, _INT64_MIN, _INT64_MAX),
+                      _as_int("aborted first_offset", first_offset, _INT64_MIN, _INT64_MAX)))
+    pairs.sort(key=_first_offset)
+    return pairs
+
+
+def filter_batches(batches, *, fetch_offset, aborted_transactions=None,
                    bint drop_control=True):
     """Batches worth forwarding; same rules as the twin's ``filter_batches``."""
-    cdef list pending = sorted(aborted_transactions or (), key=_first_offset)
+    cdef int64_t fetch_at = _as_int("fetch_offset", fetch_offset, _INT64_MIN, _INT64_MAX)
+    cdef bint read_committed = aborted_transactions is not None
+    # Checked pairs of C-range ints: the loop below may read them without bounds checks.
+    cdef list pending = _aborted_pairs(aborted_transactions) if read_committed else []
     cdef Py_ssize_t next_pending = 0
     cdef Py_ssize_t n_pending = len(pending)
+    cdef tuple pair
     cdef set aborting = set()
-    cdef bint read_committed = aborted_transactions is not None
     cdef list kept = []
     cdef BatchView b
     cdef int64_t last_offset
     cdef bint control
     for obj in batches:
-        b = <BatchView?>obj
+        if type(obj) is not BatchView:
+            raise TypeError("batches must hold BatchView objects from split_batches, got "
+                            f"{type(obj).__name__}")
+        b = <BatchView>obj
         last_offset = b._last_offset()
         control = b.magic >= 2 and (b.attributes & CONTROL_MASK) != 0
         if read_committed and b.producer_id >= 0:
-            while next_pending < n_pending and pending[next_pending][1] <= last_offset:
-                aborting.add(pending[next_pending][0])
+            while next_pending < n_pending:
+                pair = <tuple>pending[next_pending]
+                if <int64_t>pair[1] > last_offset:
+                    break
+                aborting.add(pair[0])
                 next_pending += 1
             if control:
                 if _is_abort_marker(b):
@@ -420,27 +479,23 @@ def filter_batches(batches, *, int64_t fetch_offset, aborted_transactions=None,
                 continue
         if control and drop_control:
             continue
-        if last_offset < fetch_offset:
+        if last_offset < fetch_at:
             continue
         kept.append(b)
     return kept
 
 
-# Python ints, built once: the range checks must accept any int and raise ValueError as the twin.
-cdef object _INT16_MIN = -(1 << 15), _INT16_MAX = (1 << 15) - 1
-cdef object _INT32_MIN = -(1 << 31), _INT32_MAX = (1 << 31) - 1
-cdef object _INT64_MIN = -(1 << 63), _INT64_MAX = (1 << 63) - 1
-
-
-cdef inline int _check_range(str name, object value, object low, object high) except -1:
-    if not low <= value <= high:
-        raise ValueError(f"{name} {value} out of range [{low}, {high}]")
-    return 0
-
-
-def rewrite_for_produce(BatchView batch, *, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+def rewrite_for_produce(batch, *, producer_id=-1, producer_epoch=-1, base_sequence=-1,
                         bint transactional=False, bint clear_log_append_time=False):
     """(new 61-byte header, view of the rest) for a Produce request; same rules as the twin."""
+    if type(batch) is not BatchView:
+        raise TypeError(f"batch must be a BatchView from split_batches, got {type(batch).__name__}")
+    return _rewrite(<BatchView>batch, producer_id, producer_epoch, base_sequence, transactional,
+                    clear_log_append_time)
+
+
+cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
+                    object base_sequence, bint transactional, bint clear_log_append_time):
     if batch.magic < 2:
         raise UnsupportedFormatError(
             f"legacy magic {batch.magic} entry cannot go into Produce v3+; convert it with "
@@ -454,12 +509,9 @@ def rewrite_for_produce(BatchView batch, *, producer_id=-1, producer_epoch=-1, b
             f"batch has offset gaps (record count {batch.record_count}, last offset delta "
             f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
             Where(offset=batch.base_offset, position=batch.position))
-    _check_range("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
-    _check_range("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
-    _check_range("base_sequence", base_sequence, _INT32_MIN, _INT32_MAX)
-    cdef int64_t pid = producer_id
-    cdef int16_t epoch = producer_epoch
-    cdef int32_t seq = base_sequence
+    cdef int64_t pid = _as_int("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
+    cdef int16_t epoch = _as_int("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
+    cdef int32_t seq = _as_int("base_sequence", base_sequence, _INT32_MIN, _INT32_MAX)
     if transactional and pid < 0:
         raise ValueError("a transactional batch needs a producer id")
 

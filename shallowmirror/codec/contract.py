@@ -8,6 +8,10 @@ returned by ``rewrite_for_produce``) are *views into the caller's buffer*, never
 Errors: malformed bytes raise ``shallowmirror.errors.CorruptDataError`` (``CrcMismatchError`` for a
 bad CRC) whose ``where`` carries topic/partition (when the caller passed them), the offset of the
 batch, and the byte position inside the buffer being parsed. Never a crash, never a silent skip.
+Arguments are checked at the boundary, with the same errors in both implementations: TypeError
+for a wrong type (an int argument must be an integer, a batch a ``BatchView`` of the same
+implementation), ValueError for a value outside its wire range (e.g. int64 offsets), so no
+argument can reach the native code unchecked.
 
 Out of scope here: anything that decompresses records (see ``shallowmirror.codec.deep``), network
 I/O, and requests other than Fetch/Produce (kafka-python's protocol classes encode those).

@@ -14,6 +14,12 @@ Decisions both implementations share (the differential suite holds them to it):
   empty batches). Such a batch cannot be produced as is; ``rewrite_for_produce`` refuses it with
   ``UnsupportedFormatError`` and ``deep.repack_batch`` fixes it.
 - Legacy entries (magic 0/1) are split and CRC-checked (CRC-32) but never rewritten.
+- Offsets are int64 on the wire: a batch whose ``next_offset`` (base offset + last offset delta
+  + 1) would pass 2**63 - 1 is corrupt (the base offset lies outside the CRC).
+- Arguments are checked at the boundary, identically in both: an int argument must be an
+  integer (``operator.index``: TypeError otherwise) within its wire range (ValueError); batches
+  handed to ``filter_batches`` must be this module's ``BatchView``; ``aborted_transactions``
+  entries must be (producer_id, first_offset) pairs of int64s.
 - For legacy entries ``last_offset == base_offset`` (the wrapper carries the last inner offset).
 
 Out of scope: decompression, record-level decoding (``deep``), Fetch/Produce framing
@@ -22,6 +28,7 @@ Out of scope: decompression, record-level decoding (``deep``), Fetch/Produce fra
 
 from __future__ import annotations
 
+import operator
 import struct
 import zlib
 from collections.abc import Sequence
@@ -139,6 +146,42 @@ class SplitResult:
                 f"partial={self.partial})")
 
 
+def _overflow_message(base_offset: int, last_offset_delta: int) -> str:
+    return (f"base offset {base_offset} + last offset delta {last_offset_delta} leaves no next "
+            f"offset within int64 (at most {_INT64_MAX})")
+
+
+def _as_int(name: str, value, low: int, high: int) -> int:
+    """An integer argument in [low, high]: TypeError if not an integer, ValueError if out."""
+    if type(value) is not int:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} {value} out of range [{low}, {high}]")
+    return value
+
+
+def _aborted_pairs(aborted_transactions) -> list[tuple[int, int]]:
+    """(producer_id, first_offset) pairs, checked, sorted by first offset."""
+    pairs = []
+    for item in aborted_transactions:
+        try:
+            producer_id, first_offset = item
+        except (TypeError, ValueError):
+            raise TypeError("aborted_transactions entries must be (producer_id, first_offset) "
+                            f"pairs, got {type(item).__name__} {item!r:.60}") from None
+        pairs.append((_as_int("aborted producer_id", producer_id, _INT64_MIN, _INT64_MAX),
+                      _as_int("aborted first_offset", first_offset, _INT64_MIN, _INT64_MAX)))
+    pairs.sort(key=_first_offset)
+    return pairs
+
+
+def _first_offset(pair: tuple[int, int]) -> int:
+    return pair[1]
+
+
 def _as_bytes_view(records) -> memoryview:
     view = memoryview(records)
     if view.format != "B" or view.ndim != 1:
@@ -209,6 +252,9 @@ def _parse_v2(view: memoryview, pos: int, size: int, verify_crc: bool, topic, pa
     if last_offset_delta < 0 or record_count < 0 or record_count > last_offset_delta + 1:
         raise _corrupt(f"record count {record_count} does not fit last offset delta "
                        f"{last_offset_delta}", topic, partition, base_offset, pos)
+    if base_offset > _INT64_MAX - 1 - last_offset_delta:
+        raise _corrupt(_overflow_message(base_offset, last_offset_delta), topic, partition,
+                       base_offset, pos)
     if verify_crc:
         computed = crc32c(view[pos + L.ATTRIBUTES_OFFSET:pos + size])
         if computed != crc:
@@ -226,6 +272,8 @@ def _parse_legacy(view: memoryview, pos: int, size: int, magic: int, verify_crc:
     if attributes & L.COMPRESSION_MASK > L.MAX_COMPRESSION_LEGACY:
         raise _corrupt(f"unknown compression codec {attributes & L.COMPRESSION_MASK} for magic "
                        f"{magic}", topic, partition, base_offset, pos)
+    if base_offset > _INT64_MAX - 1:
+        raise _corrupt(_overflow_message(base_offset, 0), topic, partition, base_offset, pos)
     end = pos + size
     key_pos = pos + (L.LEGACY_KEY_LENGTH_OFFSET_V1 if magic == 1 else
                      L.LEGACY_KEY_LENGTH_OFFSET_V0)
@@ -299,12 +347,16 @@ def filter_batches(batches: Sequence[BatchView], *, fetch_offset: int,
     until its ABORT control batch. The bookkeeping runs for every batch, including those below
     the fetch offset, so a marker below it still closes its transaction.
     """
-    pending = sorted(aborted_transactions or (), key=lambda item: item[1])
+    fetch_offset = _as_int("fetch_offset", fetch_offset, _INT64_MIN, _INT64_MAX)
+    read_committed = aborted_transactions is not None
+    pending = _aborted_pairs(aborted_transactions) if read_committed else []
     next_pending = 0
     aborting: set[int] = set()
-    read_committed = aborted_transactions is not None
     kept = []
     for batch in batches:
+        if type(batch) is not BatchView:
+            raise TypeError("batches must hold BatchView objects from split_batches, got "
+                            f"{type(batch).__name__}")
         if read_committed and batch.producer_id >= 0:
             last_offset = batch.last_offset
             while next_pending < len(pending) and pending[next_pending][1] <= last_offset:
@@ -323,15 +375,12 @@ def filter_batches(batches: Sequence[BatchView], *, fetch_offset: int,
     return kept
 
 
-def _check_range(name: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{name} {value} out of range [{low}, {high}]")
-
-
 def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epoch: int = -1,
                         base_sequence: int = -1, transactional: bool = False,
                         clear_log_append_time: bool = False) -> tuple[bytes, memoryview]:
     """(new 61-byte header, view of the rest) for a Produce request (contract.Codec)."""
+    if type(batch) is not BatchView:
+        raise TypeError(f"batch must be a BatchView from split_batches, got {type(batch).__name__}")
     where = Where(offset=batch.base_offset, position=batch.position)
     if batch.magic < 2:
         raise UnsupportedFormatError(
@@ -344,9 +393,9 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
             f"batch has offset gaps (record count {batch.record_count}, last offset delta "
             f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
             where)
-    _check_range("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
-    _check_range("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
-    _check_range("base_sequence", base_sequence, _INT32_MIN, _INT32_MAX)
+    producer_id = _as_int("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
+    producer_epoch = _as_int("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
+    base_sequence = _as_int("base_sequence", base_sequence, _INT32_MIN, _INT32_MAX)
     if transactional and producer_id < 0:
         raise ValueError("a transactional batch needs a producer id")
 
