@@ -1,18 +1,24 @@
 """Session fixtures shared by every integration test.
 
-Clusters: two embedded tansu brokers for the whole session (``source_cluster``, ``target_cluster``),
-or, when ``SHALLOWMIRROR_SOURCE_BOOTSTRAP`` and ``SHALLOWMIRROR_TARGET_BOOTSTRAP`` are set, those
-existing clusters (e.g. real Apache Kafka) — the tests run unchanged. Each cluster object has
-``.bootstrap``, ``.alias``, ``.embedded`` and ``.client_config()``. Tests share the clusters and
-isolate themselves with ``unique_topic()`` names, so they also run against a shared real cluster.
+Clusters: two brokers for the whole session (``source_cluster``, ``target_cluster``) of the flavor
+``SHALLOWMIRROR_BROKER`` names — ``tansu`` (embedded, the default) or ``kafka`` (real Apache Kafka
+from ``KAFKA_HOME``) — or, when ``SHALLOWMIRROR_SOURCE_BOOTSTRAP`` and
+``SHALLOWMIRROR_TARGET_BOOTSTRAP`` are set, those existing clusters: the tests run unchanged. Each
+cluster object has ``.bootstrap``, ``.alias``, ``.flavor`` (tansu, kafka or external),
+``.embedded`` (a tansu we started) and ``.client_config()``. Tests share the clusters and isolate
+themselves with ``unique_topic()`` names. ``start_broker`` starts a private cluster of the
+session's flavor for tests that stop, restart or reconfigure a broker.
 
 Markers:
 - ``needs_real_kafka("why")``: tansu cannot serve the test (e.g. it reports no aborted
   transactions); skipped, with the reason, when the clusters are embedded tansu.
 - ``tansu_workaround("why")``: the test adapts to a documented tansu quirk; it runs everywhere and
   the ``on_tansu`` fixture says which branch applies.
+- ``harness_tansu``: the test exercises the tansu starter itself (port clash, missing binary,
+  the demo's embedded brokers); it runs in the tansu session only — the Kafka starter has its own
+  tests (``test_kafka_harness.py``).
 
-At session end every tansu process started by this test process must be gone (checked by pid);
+At session end every broker process started by this test process must be gone (checked by pid);
 if one is left, it is killed and the session fails loudly.
 """
 
@@ -27,9 +33,10 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from shallowmirror.testing import clusters as test_clusters
 from shallowmirror.testing import embedded
 
-#: pids of every embedded broker the fixtures started, checked at session end.
+#: pids of every broker the fixtures started, checked at session end.
 _STARTED_PIDS: list[int] = []
 
 
@@ -37,19 +44,30 @@ def _using_external() -> bool:
     return bool(os.environ.get(embedded.SOURCE_ENV) or os.environ.get(embedded.TARGET_ENV))
 
 
+def session_flavor() -> str:
+    """tansu, kafka or external: what the session's clusters are."""
+    return "external" if _using_external() else test_clusters.broker_flavor()
+
+
 def pytest_report_header(config: pytest.Config) -> str:
-    if _using_external():
+    flavor = session_flavor()
+    if flavor == "external":
         return (f"clusters: external ({embedded.SOURCE_ENV}={os.environ.get(embedded.SOURCE_ENV)}, "
                 f"{embedded.TARGET_ENV}={os.environ.get(embedded.TARGET_ENV)})")
+    if flavor == "kafka":
+        return f"clusters: Apache Kafka from {os.environ.get('KAFKA_HOME', '(KAFKA_HOME unset)')}"
     return "clusters: embedded tansu (needs_real_kafka tests are skipped)"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    flavor = session_flavor()
     marker = item.get_closest_marker("needs_real_kafka")
-    if marker is not None and not _using_external():
+    if marker is not None and flavor == "tansu":
         why = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
         pytest.skip(f"needs real Apache Kafka, not embedded tansu{': ' + why if why else ''} "
-                    f"(set {embedded.SOURCE_ENV} and {embedded.TARGET_ENV})")
+                    f"(the Apache Kafka run of `make test` covers it)")
+    if item.get_closest_marker("harness_tansu") is not None and flavor != "tansu":
+        pytest.skip("tests the embedded tansu starter itself: covered by the tansu run")
 
 
 @pytest.fixture(scope="session")
@@ -60,19 +78,36 @@ def broker_log_dir(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def clusters(broker_log_dir) -> Iterator[tuple]:
-    """(source, target): external clusters from the environment, or two embedded tansu brokers
-    started once for the session."""
+    """(source, target): external clusters from the environment, or two clusters of the session's
+    flavor started once for the session."""
     external = embedded.external_from_env()
     if external is not None:
         yield external
         return
-    started = []
-    try:
-        for alias in ("source", "target"):
-            cluster = embedded.start_cluster(alias, log_dir=broker_log_dir)
-            _STARTED_PIDS.append(cluster.pid)
-            started.append(cluster)
+    with test_clusters.started_clusters(session_flavor(), "source", "target",
+                                        log_dir=broker_log_dir) as started:
+        _STARTED_PIDS.extend(cluster.pid for cluster in started)
         yield tuple(started)
+
+
+@pytest.fixture
+def start_broker(broker_log_dir) -> Iterator[Callable[..., object]]:
+    """Factory of private clusters of the session's flavor: ``start_broker("net", port=None)``.
+    Skips on external clusters (nothing of ours to stop or restart). All stopped after the test."""
+    flavor = session_flavor()
+    if flavor == "external":
+        pytest.skip("stops, restarts or reconfigures a broker: needs brokers this session starts")
+    started = []
+
+    def start(alias: str, *, port: int | None = None, overrides=None):
+        cluster = test_clusters.start_one(flavor, alias, log_dir=broker_log_dir, port=port,
+                                          overrides=overrides)
+        _STARTED_PIDS.append(cluster.pid)
+        started.append(cluster)
+        return cluster
+
+    try:
+        yield start
     finally:
         for cluster in started:
             cluster.stop()
@@ -91,7 +126,7 @@ def target_cluster(clusters):
 @pytest.fixture(scope="session")
 def on_tansu(clusters) -> bool:
     """True when the session's clusters are embedded tansu (for ``tansu_workaround`` branches)."""
-    return bool(clusters[0].embedded)
+    return clusters[0].flavor == "tansu"
 
 
 @pytest.fixture
@@ -107,11 +142,11 @@ def unique_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every broker this session started must be gone: fail loudly (and clean up) if not."""
-    embedded.stop_all()  # anything a test started and forgot; the pid check below still applies
+    test_clusters.stop_all()  # what a test started and forgot; the pid check below still applies
     leftovers = [pid for pid in _STARTED_PIDS if _alive(pid)]
     me = psutil.Process()
     leftovers += [child.pid for child in me.children(recursive=True)
-                  if _is_tansu(child) and child.pid not in leftovers]
+                  if _is_broker(child) and child.pid not in leftovers]
     if not leftovers:
         return
     for pid in leftovers:
@@ -131,8 +166,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _is_tansu(process: psutil.Process) -> bool:
+def _is_broker(process: psutil.Process) -> bool:
+    """A tansu broker or a Kafka broker JVM (``kafka.Kafka`` main class), not a zombie."""
     try:
-        return process.name() == "tansu" and process.status() != psutil.STATUS_ZOMBIE
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.name() == "tansu" or "kafka.Kafka" in process.cmdline()
     except psutil.Error:
         return False

@@ -118,6 +118,7 @@ class ExternalCluster:
     alias: str
     bootstrap: str
     embedded: bool = field(default=False, init=False)
+    flavor: str = field(default="external", init=False)
 
     def client_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap}
@@ -141,6 +142,7 @@ class EmbeddedCluster:
     process: subprocess.Popen
     log_path: Path
     embedded: bool = field(default=True, init=False)
+    flavor: str = field(default="tansu", init=False)
 
     @property
     def bootstrap(self) -> str:

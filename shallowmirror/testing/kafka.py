@@ -247,7 +247,7 @@ def _format_storage(cluster: KafkaCluster) -> None:
         )
 
 
-def _launch(cluster: KafkaCluster) -> None:
+def _launch(cluster: KafkaCluster, *, wait: bool = True) -> None:
     console = cluster.work_dir / "logs" / "console.log"
     console.parent.mkdir(parents=True, exist_ok=True)
     cmd = [str(cluster.kafka_home / "bin" / "kafka-server-start.sh"),
@@ -262,6 +262,8 @@ def _launch(cluster: KafkaCluster) -> None:
         except OSError as err:
             raise BrokerStartError(f"cannot run {cmd[0]}: {err}") from err
     _LIVE[id(cluster)] = cluster
+    if not wait:
+        return
     try:
         _wait_ready(cluster)
     except BaseException:
@@ -287,7 +289,7 @@ def _wait_ready(cluster: KafkaCluster) -> None:
     )
 
 
-def start_kafka_cluster(
+def prepare_kafka_cluster(
     alias: str = "cluster",
     *,
     kafka_home: str | os.PathLike | None = None,
@@ -296,11 +298,8 @@ def start_kafka_cluster(
     sasl_users: Mapping[str, str] | None = None,
     port: int | None = None,
 ) -> KafkaCluster:
-    """Start one single-node KRaft cluster and return it once a client gets metadata from it.
-
-    ``log_dir`` is the parent of the cluster's own work folder (config, data, logs);
-    ``overrides`` are broker settings; ``sasl_users`` (user -> password) adds a SASL_PLAINTEXT
-    listener with PLAIN and SCRAM-SHA-256/512 for those users (``cluster.sasl_bootstrap``)."""
+    """Write the cluster's config and format its storage; ``launch()`` starts the JVM. Safe to
+    run in a worker thread (it starts no long-lived process)."""
     home = find_kafka_home(kafka_home)
     parent = Path(log_dir) if log_dir else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
@@ -314,13 +313,38 @@ def start_kafka_cluster(
     (work_dir / "server.properties").write_text(_server_properties(cluster))
     try:
         _format_storage(cluster)
-        _launch(cluster)
     except BaseException:
         cluster.stop()
         raise
-    log.info("Kafka cluster %s up on %s (pid %d, id %s, logs %s)", alias, cluster.bootstrap,
-             cluster.pid, cluster.cluster_id, work_dir / "logs")
     return cluster
+
+
+def launch(cluster: KafkaCluster, *, wait: bool = True) -> KafkaCluster:
+    """Start the prepared cluster's JVM. Call it from the thread that owns the cluster: the JVM
+    gets SIGTERM when *that thread* exits (PR_SET_PDEATHSIG is per thread)."""
+    try:
+        _launch(cluster, wait=wait)
+    except BaseException:
+        cluster.stop()
+        raise
+    if wait:
+        _log_up(cluster)
+    return cluster
+
+
+def _log_up(cluster: KafkaCluster) -> None:
+    log.info("Kafka cluster %s up on %s (pid %d, id %s, logs %s)", cluster.alias,
+             cluster.bootstrap, cluster.pid, cluster.cluster_id, cluster.work_dir / "logs")
+
+
+def start_kafka_cluster(alias: str = "cluster", **options) -> KafkaCluster:
+    """Start one single-node KRaft cluster and return it once a client gets metadata from it.
+
+    Options (see ``prepare_kafka_cluster``): ``kafka_home``; ``log_dir``, the parent of the
+    cluster's own work folder (config, data, logs); ``overrides``, broker settings;
+    ``sasl_users`` (user -> password), which adds a SASL_PLAINTEXT listener with PLAIN and
+    SCRAM-SHA-256/512 for those users (``cluster.sasl_bootstrap``); ``port``."""
+    return launch(prepare_kafka_cluster(alias, **options))
 
 
 def _random_cluster_id() -> str:
@@ -344,23 +368,32 @@ atexit.register(stop_all)
 def kafka_clusters(*aliases: str, kafka_home: str | os.PathLike | None = None,
                    log_dir: str | os.PathLike | None = None,
                    overrides: Mapping[str, str] | None = None) -> Iterator[list[KafkaCluster]]:
-    """Start one Kafka cluster per alias (JVMs start in parallel); stop them all on exit."""
+    """Start one Kafka cluster per alias (formatted and booted in parallel); stop them on exit."""
     from concurrent.futures import ThreadPoolExecutor
 
-    started: list[KafkaCluster] = []
+    prepared: list[KafkaCluster] = []
+    errors: list[BaseException] = []
     with ThreadPoolExecutor(max_workers=max(1, len(aliases))) as pool:
-        futures = [pool.submit(start_kafka_cluster, alias, kafka_home=kafka_home,
+        futures = [pool.submit(prepare_kafka_cluster, alias, kafka_home=kafka_home,
                                log_dir=log_dir, overrides=overrides) for alias in aliases]
-        errors = []
         for future in futures:
             try:
-                started.append(future.result())
-            except BaseException as err:  # noqa: BLE001 - stop what did start, then re-raise
+                prepared.append(future.result())
+            except BaseException as err:  # noqa: BLE001 - stop what was prepared, then re-raise
                 errors.append(err)
     try:
         if errors:
             raise errors[0]
-        yield started
+        for cluster in prepared:  # launched from this thread: see launch()
+            launch(cluster, wait=False)
+        for cluster in prepared:
+            try:
+                _wait_ready(cluster)
+            except BaseException:
+                cluster.kill()
+                raise
+            _log_up(cluster)
+        yield prepared
     finally:
-        for cluster in started:
+        for cluster in prepared:
             cluster.stop()

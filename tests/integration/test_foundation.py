@@ -41,7 +41,7 @@ def test_two_clusters_are_up_at_once_and_distinct(source_cluster, target_cluster
         assert metadata.brokers, f"{cluster.alias} has no brokers"
         ids.append(metadata.cluster_id)
     assert ids[0] and ids[1]
-    if source_cluster.embedded:
+    if source_cluster.flavor != "external":
         assert ids[0] != ids[1]
         assert source_cluster.bootstrap != target_cluster.bootstrap
         assert source_cluster.alive and target_cluster.alive
@@ -151,6 +151,7 @@ def test_load_cli_with_progress(source_cluster, unique_topic):
     assert sum(map(len, back.values())) == 25_000
 
 
+@pytest.mark.harness_tansu
 def test_a_port_clash_gives_a_clear_error(broker_log_dir):
     before = set(embedded._LIVE)
     with socket.socket() as squatter:
@@ -164,6 +165,7 @@ def test_a_port_clash_gives_a_clear_error(broker_log_dir):
     assert all(not _gone(pid) for pid in before)
 
 
+@pytest.mark.harness_tansu
 def test_a_port_clash_with_another_broker_is_caught(source_cluster, broker_log_dir):
     """The other broker answers ApiVersions on that port, so only the liveness check can tell."""
     if not source_cluster.embedded:
@@ -173,6 +175,7 @@ def test_a_port_clash_with_another_broker_is_caught(source_cluster, broker_log_d
     assert source_cluster.alive
 
 
+@pytest.mark.harness_tansu
 def test_a_missing_binary_gives_a_clear_error(tmp_path, monkeypatch):
     missing = tmp_path / "no-such-tansu"
     with pytest.raises(BrokerStartError, match=r"no-such-tansu .*does not exist"):
@@ -186,6 +189,7 @@ def test_a_missing_binary_gives_a_clear_error(tmp_path, monkeypatch):
         start_cluster("x")
 
 
+@pytest.mark.harness_tansu
 def test_stopped_brokers_are_gone_by_pid(broker_log_dir):
     with embedded.embedded_clusters("a", "b", log_dir=broker_log_dir) as pair:
         pids = [c.pid for c in pair]
@@ -198,6 +202,7 @@ def test_stopped_brokers_are_gone_by_pid(broker_log_dir):
     assert _gone(pid)
 
 
+@pytest.mark.harness_tansu
 def test_brokers_die_with_their_owner(broker_log_dir):
     """PR_SET_PDEATHSIG: a killed owner process does not leave a broker behind."""
     code = ("import sys, time; from shallowmirror.testing.embedded import start_cluster; "
@@ -218,7 +223,7 @@ def test_brokers_die_with_their_owner(broker_log_dir):
 
 def test_session_brokers_are_children_of_this_process(clusters):
     """The session-end check (tests/conftest.py) finds leftovers among this process's children."""
-    if not clusters[0].embedded:
+    if clusters[0].flavor == "external":
         pytest.skip("external clusters are not ours to track")
     children = {p.pid for p in psutil.Process().children(recursive=True)}
     assert {c.pid for c in clusters} <= children
@@ -237,6 +242,7 @@ def _demo_broker_pids(stdout: str) -> list[int]:
             if "(tansu pid" in line]
 
 
+@pytest.mark.harness_tansu
 def test_demo_runs_and_stops_its_brokers():
     proc = _demo("--records", "300")
     out, err = proc.communicate(timeout=180)
@@ -249,6 +255,7 @@ def test_demo_runs_and_stops_its_brokers():
     assert len(pids) == 2 and all(_gone(pid) for pid in pids)
 
 
+@pytest.mark.harness_tansu
 def test_demo_stops_its_brokers_on_ctrl_c():
     proc = _demo("--records", "200000")
     try:

@@ -1,0 +1,54 @@
+"""Which test broker to start: embedded tansu (the default) or real Apache Kafka.
+
+``SHALLOWMIRROR_BROKER`` = ``tansu`` | ``kafka`` picks the flavor for tests, the bench harness and
+``shallowmirror brokers``; Kafka is found through ``KAFKA_HOME`` (``kafka.find_kafka_home``).
+Clusters given by ``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` (``embedded.external_from_env``) win
+over both: nothing is started then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from shallowmirror.testing import embedded, kafka
+from shallowmirror.testing.embedded import BrokerStartError
+
+BROKER_ENV = "SHALLOWMIRROR_BROKER"
+FLAVORS = ("tansu", "kafka")
+
+
+def broker_flavor(explicit: str | None = None) -> str:
+    """The flavor to start: ``explicit``, else ``$SHALLOWMIRROR_BROKER``, else ``tansu``."""
+    flavor = (explicit or os.environ.get(BROKER_ENV) or "tansu").strip().lower()
+    if flavor not in FLAVORS:
+        raise BrokerStartError(f"{BROKER_ENV}={flavor!r}: expected one of {', '.join(FLAVORS)}")
+    return flavor
+
+
+def start_one(flavor: str, alias: str, *, log_dir=None, port: int | None = None,
+              kafka_home=None, overrides=None):
+    """Start one cluster of ``flavor``; the caller stops it."""
+    if flavor == "kafka":
+        return kafka.start_kafka_cluster(alias, kafka_home=kafka_home, log_dir=log_dir,
+                                         overrides=overrides, port=port)
+    return embedded.start_cluster(alias, log_dir=log_dir, port=port)
+
+
+@contextlib.contextmanager
+def started_clusters(flavor: str, *aliases: str, log_dir=None,
+                     kafka_home=None) -> Iterator[list]:
+    """One cluster per alias (Kafka JVMs start in parallel); all stopped on exit."""
+    if flavor == "kafka":
+        with kafka.kafka_clusters(*aliases, kafka_home=kafka_home, log_dir=log_dir) as started:
+            yield started
+    else:
+        with embedded.embedded_clusters(*aliases, log_dir=log_dir) as started:
+            yield started
+
+
+def stop_all() -> None:
+    """Stop every cluster of any flavor this process started."""
+    embedded.stop_all()
+    kafka.stop_all()

@@ -1,0 +1,131 @@
+"""The real Apache Kafka starter (``shallowmirror.testing.kafka``): clusters come up on free ports
+with their own ids, are stopped by pid with nothing left behind, die with their owner, restart
+with their data, and serve SASL PLAIN and SCRAM when asked. Runs wherever a Kafka distribution
+is found (``KAFKA_HOME``); the tansu starter has its own tests in ``test_foundation.py``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from shallowmirror.testing import kafka
+from shallowmirror.testing.embedded import BrokerStartError
+from shallowmirror.testing.topics import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _kafka_home() -> str:
+    try:
+        return str(kafka.find_kafka_home())
+    except BrokerStartError as err:
+        pytest.skip(f"no Apache Kafka distribution here: {err}")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(pid: int, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _gone(pid)
+
+
+def test_a_missing_distribution_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("KAFKA_HOME", raising=False)
+    with pytest.raises(BrokerStartError, match="set KAFKA_HOME"):
+        kafka.find_kafka_home()
+    with pytest.raises(BrokerStartError, match="is not a Kafka distribution"):
+        kafka.find_kafka_home(tmp_path)
+
+
+def test_two_clusters_distinct_stopped_by_pid_and_data_removed(broker_log_dir):
+    home = _kafka_home()
+    with kafka.kafka_clusters("a", "b", kafka_home=home, log_dir=broker_log_dir) as pair:
+        ids = {AdminClient(c.client_config()).list_topics(timeout=20).cluster_id for c in pair}
+        assert len(ids) == 2, "each cluster has its own id"
+        assert {c.cluster_id for c in pair} == ids
+        pids = [c.pid for c in pair]
+        dirs = [c.work_dir for c in pair]
+        assert all("kafka.Kafka" in psutil.Process(pid).cmdline() for pid in pids)
+    assert all(_gone(pid) for pid in pids)
+    assert not any(d.exists() for d in dirs)
+
+
+def test_a_port_clash_gives_a_clear_error(broker_log_dir):
+    home = _kafka_home()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        before = set(kafka._LIVE)
+        with pytest.raises(BrokerStartError, match="exited with status") as info:
+            kafka.start_kafka_cluster("clash", kafka_home=home, log_dir=broker_log_dir, port=port)
+    assert str(port) in str(info.value)
+    assert set(kafka._LIVE) == before
+
+
+def test_restart_keeps_the_data(broker_log_dir, unique_topic):
+    home = _kafka_home()
+    topic = unique_topic("restart")
+    with kafka.start_kafka_cluster("restart", kafka_home=home, log_dir=broker_log_dir) as cluster:
+        producer = Producer({**cluster.client_config(), "linger.ms": 0})
+        for i in range(10):
+            producer.produce(topic, value=b"v%d" % i)
+        assert producer.flush(30) == 0
+        old_pid = cluster.pid
+        cluster.restart()
+        assert cluster.pid != old_pid and _gone(old_pid)
+        values = [r.value for r in read_topic(cluster, topic)[0]]
+        assert values == [b"v%d" % i for i in range(10)]
+
+
+def test_a_kafka_broker_dies_with_its_owner(broker_log_dir):
+    home = _kafka_home()
+    code = ("import time; from shallowmirror.testing.kafka import start_kafka_cluster; "
+            f"c = start_kafka_cluster('orphan', kafka_home={home!r}, log_dir={str(broker_log_dir)!r}); "
+            "print(c.pid, flush=True); time.sleep(120)")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ})
+    try:
+        line = owner.stdout.readline()
+        pid = int(line)
+        assert not _gone(pid)
+    finally:
+        owner.kill()
+        owner.wait(10)
+    assert _wait_gone(pid), f"Kafka pid {pid} outlived its owner"
+
+
+def test_sasl_listener_accepts_its_users_and_refuses_others(broker_log_dir):
+    home = _kafka_home()
+    with kafka.start_kafka_cluster("sasl", kafka_home=home, log_dir=broker_log_dir,
+                                   sasl_users={"alice": "alice-secret"}) as cluster:
+        for mechanism in kafka.SASL_MECHANISMS:
+            good = {"bootstrap.servers": cluster.sasl_bootstrap,
+                    "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                    "sasl.username": "alice", "sasl.password": "alice-secret"}
+            assert AdminClient(good).list_topics(timeout=20).brokers, mechanism
+            seen: list[str] = []
+            bad = {**good, "sasl.password": "wrong", "log_level": 0,
+                   "error_cb": lambda err, seen=seen: seen.append(err.name())}
+            admin = AdminClient(bad)
+            with pytest.raises(Exception, match="(?i)transport|authentication"):
+                admin.list_topics(timeout=5)
+            deadline = time.monotonic() + 10
+            while "_AUTHENTICATION" not in seen and time.monotonic() < deadline:
+                admin.poll(0.2)  # error callbacks are served by poll()
+            assert "_AUTHENTICATION" in seen, (mechanism, seen)
