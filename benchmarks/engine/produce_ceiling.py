@@ -128,8 +128,7 @@ async def run(args: argparse.Namespace) -> dict:
     core.sinks_stopped = True
     for sink in core.sinks.values():
         sink.wake.set()
-        if sink.task is not None:
-            sink.task.cancel()
+    await core.supervisor.cancel_all()
     await core.target.close()
     return {"wall_s": wall, "bytes": total, "acked_bytes": core.acked_bytes,
             "batches": len(batches), "requests": requests, "cpu_s": cpu}

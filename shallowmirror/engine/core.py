@@ -48,6 +48,7 @@ from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.producer_identity import ProducerIdentity
 from shallowmirror.engine.sink import Sink
 from shallowmirror.engine.source import Source
+from shallowmirror.engine.supervisor import Supervisor, partitions_text, where_of
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -111,8 +112,8 @@ class EngineCore:
         self.duplicates_unknown_offset = 0
         self._enqueue_no = 0
         self._clear_lat = self.settings["log.append.time"] == "clear"
-        self._tasks: set[asyncio.Task] = set()
         self._fatal: BaseException | None = None
+        self.supervisor = Supervisor(self.fail, self.backoff)
         self._stop_event: asyncio.Event | None = None
         self._moving_source: set[TP] = set()
         self._moving_target: set[tuple[str, int]] = set()
@@ -189,10 +190,12 @@ class EngineCore:
                 session_timeout_ms=self.settings["session.timeout.ms"],
                 heartbeat_interval_ms=self.settings["heartbeat.interval.ms"], loop=loop,
                 on_assigned=self._on_assigned, on_revoked=self._on_revoked,
-                source_alias=self.source_alias)
+                source_alias=self.source_alias, on_failed=self._membership_failed)
             self.membership.start([])
-            for coro in (self._discovery_loop(), self._commit_loop(), self._metrics_loop()):
-                self._spawn(coro)
+            source = Where(cluster=self.source_alias)
+            self.supervisor.spawn_loop(self._discovery_loop, what="topic discovery", where=source)
+            self.supervisor.spawn_loop(self._commit_loop, what="offset commits", where=source)
+            self.supervisor.spawn_loop(self._metrics_loop, what="metrics", where=source)
             self.ready = True
             waiter = asyncio.create_task(stop.wait())
             fatal = asyncio.create_task(self._wait_fatal())
@@ -210,21 +213,14 @@ class EngineCore:
             await self._fatal_event.wait()
             self._fatal_event.clear()
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None and self._fatal is None:
-                self._fatal = t.exception()
-                self._wake_soon(self._fatal_event)
-                log.error("engine task failed: %s", t.exception(), exc_info=t.exception())
-
-        task.add_done_callback(done)
-        return task
+    def _membership_failed(self, err: BaseException) -> None:
+        """The membership thread ended with ``err`` (called from that thread)."""
+        self.supervisor.thread_failed(
+            err, what=f"membership thread of group {self.group_id}",
+            where=Where(cluster=self.source_alias))
 
     def fail(self, err: BaseException) -> None:
+        """End ``run`` with ``err`` (the first fatal error wins; callable from any thread)."""
         if self._fatal is None:
             self._fatal = err
             self._wake_soon(self._fatal_event)
@@ -240,14 +236,7 @@ class EngineCore:
         self.sinks_stopped = True
         for sink in self.sinks.values():
             sink.wake.set()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in [s.task for s in (*self.sources.values(), *self.sinks.values())] + list(
-                self._tasks):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        await self.supervisor.cancel_all()
         final = {tp: sp.offsets.committed for tp, sp in self.partitions.items()}
         if self.membership is not None:
             try:
@@ -431,7 +420,10 @@ class EngineCore:
         source = self.sources.get(leader)
         if source is None:
             source = self.sources[leader] = Source(self, leader)
-            source.start()
+            self.supervisor.spawn_loop(
+                source.run, what=lambda: (f"fetch loop of source broker {leader} (partitions "
+                                          f"{partitions_text(source.partitions)})"),
+                where=lambda: where_of(self.source_alias, source.partitions))
         source.add(sp)
 
     def _detach_source(self, sp: SourcePartition) -> None:
@@ -446,7 +438,8 @@ class EngineCore:
             return
         self._moving_source.add(sp.tp)
         log.info("%s: %s; refreshing metadata", self._where(sp.tp), reason)
-        self._spawn(self._relocate_source(sp))
+        self.supervisor.spawn(self._relocate_source(sp), what="leader lookup",
+                              where=self._where_obj(sp.tp))
 
     async def _relocate_source(self, sp: SourcePartition) -> None:
         assert self.source is not None
@@ -465,7 +458,8 @@ class EngineCore:
     def offset_out_of_range(self, sp: SourcePartition, high_watermark: int,
                             log_start_offset: int) -> None:
         self._detach_source(sp)
-        self._spawn(self._reset_out_of_range(sp))
+        self.supervisor.spawn(self._reset_out_of_range(sp), what="auto.offset.reset",
+                              where=self._where_obj(sp.tp))
 
     async def _reset_out_of_range(self, sp: SourcePartition) -> None:
         reset = self.settings["auto.offset.reset"]
@@ -520,7 +514,9 @@ class EngineCore:
         batch.target_topic, batch.target_partition = target_topic, target_partition
         leader = self.target.leader(target_topic, target_partition)
         if leader is None:
-            self._spawn(self._route_later(batch))
+            self.supervisor.spawn(self._route_later(batch), what="target leader lookup",
+                                  where=Where(cluster=self.target_alias, topic=target_topic,
+                                              partition=target_partition))
             return
         self._sink(leader).enqueue(batch)
 
@@ -528,7 +524,10 @@ class EngineCore:
         sink = self.sinks.get(node_id)
         if sink is None:
             sink = self.sinks[node_id] = Sink(self, node_id)
-            sink.start()
+            self.supervisor.spawn_loop(
+                sink.run, what=lambda: (f"produce loop of target broker {node_id} (partitions "
+                                        f"{partitions_text(sink.partitions)})"),
+                where=lambda: where_of(self.target_alias, sink.partitions))
         return sink
 
     async def _route_later(self, batch: FetchedBatch) -> None:
@@ -628,7 +627,8 @@ class EngineCore:
         if self.identity_resetting:
             return
         self.identity_resetting = True
-        self._spawn(self._reset_identity(reason))
+        self.supervisor.spawn(self._reset_identity(reason), what="producer identity reset",
+                              where=Where(cluster=self.target_alias))
 
     async def _reset_identity(self, reason: str) -> None:
         while any(s.requests_in_flight for s in self.sinks.values()):
@@ -655,7 +655,9 @@ class EngineCore:
             finally:
                 self._moving_target.discard(ttp)
 
-        self._spawn(refresh())
+        self.supervisor.spawn(refresh(), what="target leader lookup",
+                              where=Where(cluster=self.target_alias, topic=ttp[0],
+                                          partition=ttp[1]))
 
     def partition_requeued(self, sink: Sink, ttp: tuple[str, int]) -> None:
         """A target partition has nothing in flight: move it if its leader changed."""

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from shallowmirror.engine.config import client_keys
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.rdkafka_logs import with_log_config
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,34 @@ OnRevoked = Callable[[list[TP], bool], Awaitable[dict[TP, int]]]
 
 _REVOKE_TIMEOUT_S = 60.0
 
+#: Group errors no retry can fix: the mirror stops with the reason instead of retrying forever.
+_FATAL_GROUP_ERRORS = frozenset({
+    KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.INVALID_GROUP_ID, KafkaError.INCONSISTENT_GROUP_PROTOCOL,
+    KafkaError.GROUP_MAX_SIZE_REACHED, KafkaError.FENCED_INSTANCE_ID,
+})
+
+
+class GroupMembershipError(ShallowMirrorError):
+    """The source cluster refused the mirror's consumer group for a reason retrying cannot fix."""
+
+
+def _explain_group_error(err: KafkaError, group_id: str, alias: str,
+                         conf: Mapping[str, Any]) -> str:
+    where = f"consumer group {group_id!r} on source cluster {alias}"
+    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+        return (f"{where} refused session.timeout.ms={conf.get('session.timeout.ms')}: the broker "
+                "only accepts values between its group.min.session.timeout.ms and "
+                "group.max.session.timeout.ms (Kafka's defaults: 6000 and 1800000); set "
+                "session.timeout.ms inside that range")
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return (f"{where}: not authorized to use the group (the source cluster's ACLs must allow "
+                f"READ on group {group_id!r}); broker said: {err.str()}")
+    if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+        return (f"{where}: another member of the group uses an incompatible assignor; give this "
+                f"mirror its own group.id; broker said: {err.str()}")
+    return f"{where}: {err.name()}: {err.str()}"
+
 
 class Membership:
     """Group membership and offset commits for one engine (see the module docstring)."""
@@ -47,12 +78,15 @@ class Membership:
     def __init__(self, source_config: Mapping[str, Any], *, group_id: str, mode: str,
                  session_timeout_ms: int, heartbeat_interval_ms: int,
                  loop: asyncio.AbstractEventLoop, on_assigned: OnAssigned,
-                 on_revoked: OnRevoked, source_alias: str = "source") -> None:
+                 on_revoked: OnRevoked, source_alias: str = "source",
+                 on_failed: Callable[[BaseException], None] | None = None) -> None:
         assert mode in ("group", "all")
         self.group_id = group_id
         self.mode = mode
         self.source_alias = source_alias
         self._loop = loop
+        #: Told (from the membership thread) about an error that ended the thread.
+        self._on_failed = on_failed
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
         conf = client_keys(source_config)
@@ -73,6 +107,7 @@ class Membership:
         self._commands: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._ended = False
         self.assigned: set[TP] = set()
         self.last_error: str | None = None
 
@@ -103,6 +138,8 @@ class Membership:
         """Commit the final positions, leave the group, stop the thread."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._commands.put(("close", dict(final_offsets), future))
+        if self._ended or self._thread is None:
+            self._fail_queued()          # the thread is gone (or never ran): nothing to wait for
         await asyncio.wrap_future(future)
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
@@ -114,7 +151,33 @@ class Membership:
                     self.source_alias, err)
 
     def _run(self) -> None:
-        consumer = Consumer(self._conf)
+        """The thread. An error that ends it (the consumer cannot be created, a rebalance
+        callback failed) goes to ``on_failed``; commands still queued then fail instead of
+        waiting for a thread that is gone."""
+        try:
+            self._serve()
+        except Exception as err:       # keep the engine informed rather than dying silently
+            if self._on_failed is None:
+                log.exception("membership thread of group %s failed", self.group_id)
+                raise
+            self._on_failed(err)
+        finally:
+            self._ended = True
+            self._fail_queued()
+
+    def _fail_queued(self) -> None:
+        """Settle the futures of commands the (ended) thread will never run."""
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] in ("commit", "close"):
+                _settle(command[2], RuntimeError(
+                    f"the membership thread of group {self.group_id} has ended"))
+
+    def _serve(self) -> None:
+        consumer = Consumer(with_log_config(self._conf))  # librdkafka lines via logging
         try:
             while True:
                 try:
@@ -128,10 +191,21 @@ class Membership:
                     self._do(consumer, command)
                 msg = consumer.poll(0.05 if self.mode == "group" else 0)
                 if msg is not None and msg.error() is not None:
-                    log.debug("membership consumer: %s", msg.error())
-        except Exception:       # keep the engine informed rather than dying silently
-            log.exception("membership thread of group %s failed", self.group_id)
+                    self._check_consumer_error(msg.error())
+        except BaseException:
+            with contextlib.suppress(Exception):     # leave the group; the error goes on
+                consumer.close()
             raise
+
+    def _check_consumer_error(self, err: KafkaError) -> None:
+        """Errors the group protocol reports through ``poll``: librdkafka retries them all, so one
+        no retry can fix (a session timeout outside the broker's range, no access to the group)
+        would spin silently forever. Those end the thread (-> ``on_failed``); others are logged."""
+        if err.code() not in _FATAL_GROUP_ERRORS:
+            log.debug("membership consumer (group %s): %s", self.group_id, err)
+            return
+        raise GroupMembershipError(_explain_group_error(
+            err, self.group_id, self.source_alias, self._conf))
 
     def _do(self, consumer: Consumer, command: tuple) -> None:
         kind = command[0]

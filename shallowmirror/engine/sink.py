@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from shallowmirror import codec
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.packing import Plan, Rotation, plan_request
+from shallowmirror.engine.supervisor import is_transient, partitions_text, where_of
 from shallowmirror.errors import BrokerError, ConnectionFailedError, Where, broker_error_info
 
 if TYPE_CHECKING:
@@ -78,7 +79,6 @@ class Sink:
         self.rotation: Rotation[TTP] = Rotation()
         self.wake = asyncio.Event()
         self.requests_in_flight = 0
-        self.task: asyncio.Task | None = None
         s = core.settings
         self.max_request_bytes = s["max.request.size"]
         self.max_requests = s["max.in.flight.requests.per.connection"]
@@ -114,9 +114,6 @@ class Sink:
         return sum(len(tq.queue) + tq.in_flight + len(tq.failed)
                    for tq in self.partitions.values())
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name=f"sink-{self.node_id}")
-
     def _can_send(self, ttp: TTP) -> bool:
         tq = self.partitions[ttp]
         if tq.failed or tq.in_flight >= self.per_partition:
@@ -126,7 +123,8 @@ class Sink:
         return not self.core.identity_resetting
 
     # ---- the loop ----
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """The produce loop (supervised by the engine: an error escaping it is not swallowed)."""
         loop = asyncio.get_running_loop()
         while not self.core.sinks_stopped:
             self._drop_abandoned_heads()
@@ -158,7 +156,10 @@ class Sink:
                 batch.attempts += 1
                 picks.append((ttp, batch))
             self.requests_in_flight += 1
-            asyncio.create_task(self._send(picks))
+            self.core.supervisor.spawn(
+                self._send(picks), what=f"produce request to target broker {self.node_id} "
+                f"(partitions {partitions_text(ttp for ttp, _ in picks)})",
+                where=where_of(self.core.target_alias, (ttp for ttp, _ in picks)))
 
     def _drop_abandoned_heads(self) -> None:
         for tq in self.partitions.values():
@@ -188,6 +189,23 @@ class Sink:
             for ttp, batch in picks:
                 self._retry(ttp, batch, refresh=True)
             return
+        except asyncio.CancelledError:
+            for ttp, _batch in picks:        # engine stopping: these are no longer outstanding
+                self.partitions[ttp].in_flight -= 1
+            raise
+        except Exception as err:
+            if is_transient(err):
+                log.warning("%s; %d batches to target broker %d will be resent", err,
+                            len(picks), self.node_id)
+                for ttp, batch in picks:
+                    self._retry(ttp, batch, refresh=True)
+                return
+            # Nothing retry can fix: these batches fail (their partitions stop, nothing is left
+            # counted in flight) and the error escapes to the supervisor, which fails the engine.
+            for ttp, batch in picks:
+                self.partitions[ttp].in_flight -= 1
+                self.core.batch_failed(batch, err)
+            raise
         finally:
             self.requests_in_flight -= 1
             self.wake.set()

@@ -64,7 +64,6 @@ class Source:
         self.partitions: dict[tuple[str, int], SourcePartition] = {}
         self.rotation: Rotation[tuple[str, int]] = Rotation()
         self.wake = asyncio.Event()
-        self.task: asyncio.Task | None = None
         self.fetches = 0
         settings = core.settings
         self.max_wait_ms = settings["fetch.max.wait.ms"]
@@ -112,10 +111,8 @@ class Source:
         self.partitions.pop(tp, None)
         self.rotation.remove(tp)
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name=f"source-{self.node_id}")
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """The fetch loop (supervised by the engine: an error escaping it is not swallowed)."""
         backoff = self.core.backoff()
         while not self.core.stopping:
             ready = [tp for tp in self.rotation.next_order() if self.partitions[tp].fetchable]
