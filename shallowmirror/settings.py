@@ -157,8 +157,17 @@ class SettingsTable:
 
     def help_text(self) -> str:
         """Plain-text reference for ``--help`` epilogs."""
+        import textwrap
+
         lines = [f"{self.title}:"]
         for s in self.settings:
-            lines.append(f"  {s.name} ({s.type}, default {s.default!r})")
-            lines.append(f"      {s.doc}")
+            default = "none" if s.default is None else s.default
+            if isinstance(default, list):
+                default = ", ".join(default) or "empty"
+            lines += textwrap.wrap(f"{s.name} ({s.type}, default {default})", width=96,
+                                   initial_indent="  ", subsequent_indent="      ")
+            doc = s.doc.replace("`", "") + (f" One of: {', '.join(s.choices)}."
+                                            if s.choices else "")
+            lines += textwrap.wrap(doc, width=96, initial_indent="      ",
+                                   subsequent_indent="      ")
         return "\n".join(lines)

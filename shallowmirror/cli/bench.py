@@ -22,10 +22,18 @@ DEFAULT_MODES = "shallow,deep-confluent,fetch-only"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from shallowmirror.cli.formatting import epilog
+
     p = sub.add_parser(
         "bench", help="benchmark shallow against deep mirroring (CPU, RSS, throughput, latency)",
-        description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=__doc__.split("\n\n")[1].replace("``", "'"),
+        epilog=epilog([
+            ("shallowmirror bench --codecs lz4 --records 200k --repeats 1 --report report/",
+             "a quick run on embedded clusters, then the HTML report in report/"),
+            ("shallowmirror bench --source-bootstrap kafka-a:9092 --target-bootstrap "
+             "kafka-b:9092 --codecs lz4,zstd --records 1m",
+             "the default modes against your own clusters, three repeats each"),
+        ]),
     )
     p.add_argument("--source-bootstrap", help="source cluster (default: embedded tansu)")
     p.add_argument("--target-bootstrap", help="target cluster (default: embedded tansu)")

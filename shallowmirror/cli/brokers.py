@@ -6,12 +6,19 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from shallowmirror.cli.formatting import epilog
+
     p = sub.add_parser(
         "brokers",
         help="run embedded test clusters (tansu) on 127.0.0.1 until Ctrl-C",
         description="Start one embedded single-broker cluster per alias on a free 127.0.0.1 port "
                     "and print its bootstrap address; stop them all on Ctrl-C or SIGTERM. "
-                    "Storage is in memory only.",
+                    "Storage is in memory only. The address lines paste into "
+                    "mm2.properties as they are.",
+        epilog=epilog([
+            ("shallowmirror brokers A B",
+             "two clusters; prints `A.bootstrap.servers = 127.0.0.1:PORT` and the same for B"),
+        ]),
     )
     p.add_argument("aliases", nargs="*", default=["source", "target"],
                    help="cluster aliases (default: source target)")

@@ -6,9 +6,16 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from shallowmirror.cli.formatting import epilog
+
     p = sub.add_parser("info", help="show version, codec implementation and broker binary",
                        description="Show what this installation runs with, or print the "
-                                   "configuration reference generated from the settings tables.")
+                                   "configuration reference generated from the settings tables.",
+                       epilog=epilog([
+                           ("shallowmirror info", "version, native or pure-Python codec, tansu"),
+                           ("shallowmirror info --config-reference",
+                            "every configuration key, type, default and meaning (Markdown)"),
+                       ]))
     p.add_argument("--config-reference", action="store_true",
                    help="print every configuration key as Markdown (the README's reference)")
     p.add_argument("--write-readme", metavar="README",

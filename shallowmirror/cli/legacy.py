@@ -15,6 +15,7 @@ def _bool(text: str) -> bool:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from shallowmirror.cli.formatting import epilog
     from shallowmirror.cli.mirror import add_process_options
 
     p = sub.add_parser(
@@ -23,7 +24,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Drop-in for kafka-mirror-maker.sh: mirror the topics matching --include "
                     "from the cluster of --consumer.config to the cluster of --producer.config, "
                     "keeping topic names. Remote topics are created with the source's "
-                    "partition count and compression.type=producer.")
+                    "partition count and compression.type=producer.",
+        epilog=epilog([
+            ("shallowmirror legacy --consumer.config consumer.properties --producer.config "
+             "producer.properties --include 'orders|payments.*'",
+             "mirror the matching topics under the same names, as kafka-mirror-maker.sh did"),
+            ("shallowmirror legacy --consumer.config c.properties --producer.config "
+             "p.properties --include '.*' --check",
+             "validate both files and print the resulting flow"),
+        ]))
     p.add_argument("--consumer.config", dest="consumer_config", required=True, metavar="FILE",
                    help="source consumer properties (bootstrap.servers, group.id, ...)")
     p.add_argument("--producer.config", dest="producer_config", required=True, metavar="FILE",

@@ -8,16 +8,34 @@ import time
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("load", help="load a topic with realistic JSON-like events (any codec)")
+    from shallowmirror.cli.formatting import epilog
+
+    p = sub.add_parser(
+        "load", help="load a topic with realistic JSON-like events (any codec)",
+        description="Create a topic (or append to an existing one) and produce deterministic, "
+                    "realistic JSON-like click events with confluent-kafka in the chosen codec: "
+                    "test data for a mirror. Records carry the time they were produced.",
+        epilog=epilog([
+            ("shallowmirror load --bootstrap-servers 127.0.0.1:9092 --topic orders "
+             "--records 200k --codec zstd",
+             "create `orders` and write 200,000 zstd-compressed records"),
+            ("shallowmirror load --bootstrap-servers 127.0.0.1:9092 --topic orders "
+             "--existing-topic --records 1m --seed 2",
+             "append a million more to every partition of the existing topic"),
+        ]))
     p.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port...]")
     p.add_argument("--topic", required=True)
-    p.add_argument("--records", type=int, default=100_000)
-    p.add_argument("--value-bytes", type=int, default=300)
+    p.add_argument("--records", type=_count, default=100_000,
+                   help="records to write: 20000, 20k, 1m")
+    p.add_argument("--value-bytes", type=_count, default=300, help="bytes per value")
     p.add_argument("--keys", type=int, default=1_000, help="key cardinality; 0 for null keys")
     p.add_argument("--headers", type=int, default=2, help="headers per record")
-    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--partitions", type=int,
+                   help="partitions of the new topic (default 3); with --existing-topic, the "
+                        "topic's own count, which this must match if given")
     p.add_argument("--codec", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    p.add_argument("--batch-bytes", type=int, default=1_000_000, help="librdkafka batch.size")
+    p.add_argument("--batch-bytes", type=_count, default=1_000_000,
+                   help="librdkafka batch.size: 1000000, 256KiB")
     p.add_argument("--linger-ms", type=int, default=20)
     p.add_argument("--idempotent", action="store_true")
     p.add_argument("--transactional", action="store_true")
@@ -32,10 +50,74 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _count(text: str) -> int:
+    """A count as bench takes it: 20000, 20k, 1m, 256KiB."""
+    from shallowmirror.bench.matrix import parse_list
+
+    try:
+        values = parse_list(text, int)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if len(values) != 1 or values[0] < 0:
+        raise argparse.ArgumentTypeError(f"expected one count such as 20000, 20k or 1m, got "
+                                         f"{text!r}")
+    return values[0]
+
+
+def _existing_partitions(bootstrap: str, topic: str, extra: dict[str, str],
+                         timeout_s: float = 10.0) -> int | None:
+    """The topic's partition count (None: no such topic); ``LoadError`` if the cluster does not
+    answer Metadata, naming its address (instead of librdkafka's noise and a bare timeout)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from shallowmirror.rdkafka_logs import with_log_config
+    from shallowmirror.testing.workload import LoadError
+
+    admin_keys = {k: v for k, v in extra.items() if k.startswith(("security.", "sasl.", "ssl."))}
+    admin = AdminClient(with_log_config({"bootstrap.servers": bootstrap, **admin_keys}))
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as err:
+        raise LoadError(f"the cluster at {bootstrap} did not answer within {timeout_s:.0f}s "
+                        f"({err.args[0].str() if err.args else err}); is it running, and is "
+                        "that its address?") from err
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        return None
+    return len(found.partitions)
+
+
+def _partitions(args: argparse.Namespace, existing: int | None) -> int:
+    """The partition count to write to; ``LoadError`` when the request and the topic disagree."""
+    from shallowmirror.testing.workload import LoadError
+
+    if not args.existing_topic:
+        if existing is not None:
+            raise LoadError(f"topic {args.topic!r} already exists ({existing} partitions): add "
+                            "--existing-topic to append to it")
+        return args.partitions if args.partitions is not None else 3
+    if existing is None:
+        raise LoadError(f"--existing-topic: there is no topic {args.topic!r} at "
+                        f"{args.bootstrap_servers}")
+    if args.partitions is not None and args.partitions != existing:
+        raise LoadError(f"--partitions {args.partitions}: topic {args.topic!r} has {existing} "
+                        "partitions; leave --partitions out to write to all of them")
+    return existing
+
+
 def run(args: argparse.Namespace) -> int:
     from shallowmirror.errors import ShallowMirrorError
     from shallowmirror.testing.workload import Workload, load
 
+    from shallowmirror.net.config import parse_host_port
+
+    for entry in args.bootstrap_servers.split(","):
+        try:
+            parse_host_port(entry)
+        except ValueError as err:
+            print(f"shallowmirror load: --bootstrap-servers: {err}", file=sys.stderr)
+            return 2
     extra = {}
     for item in args.producer_config:
         key, sep, value = item.partition("=")
@@ -44,9 +126,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
         extra[key] = value
     try:
+        partitions = _partitions(args, _existing_partitions(args.bootstrap_servers, args.topic,
+                                                            extra))
         workload = Workload(
             topic=args.topic, records=args.records, value_bytes=args.value_bytes, keys=args.keys,
-            headers=args.headers, partitions=args.partitions, codec=args.codec,
+            headers=args.headers, partitions=partitions, codec=args.codec,
             batch_bytes=args.batch_bytes, linger_ms=args.linger_ms, idempotent=args.idempotent,
             transactional=args.transactional, transaction_records=args.transaction_records,
             abort_every=args.abort_every, seed=args.seed, create_topic=not args.existing_topic,
@@ -62,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         result = load(args.bootstrap_servers, workload, progress=progress)
     except ShallowMirrorError as err:
         print(f"\nshallowmirror load: {err}", file=sys.stderr)
+        return 1
+    except TimeoutError as err:  # a future of the admin client
+        print(f"\nshallowmirror load: the cluster at {args.bootstrap_servers} stopped answering "
+              f"({err or 'timed out'})", file=sys.stderr)
         return 1
     print(file=sys.stderr)
     ratio = f"{result.compression_ratio:.2f}x" if result.compression_ratio else "unknown"

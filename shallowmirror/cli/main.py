@@ -12,6 +12,7 @@ import logging
 import sys
 
 from shallowmirror import __version__
+from shallowmirror.cli.formatting import HelpFormatter, add_log_level, epilog
 
 #: Modules under shallowmirror.cli, in the order --help shows them.
 SUBCOMMANDS = ["mirror", "legacy", "load", "bench", "report", "brokers", "info"]
@@ -21,9 +22,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shallowmirror",
         description="Mirror Kafka topics by forwarding compressed RecordBatches byte for byte.",
+        formatter_class=HelpFormatter,
+        epilog=epilog([
+            ("shallowmirror brokers A B",
+             "start two embedded test clusters and print their bootstrap addresses"),
+            ("shallowmirror mirror mm2.properties --check",
+             "validate a MirrorMaker 2 configuration without connecting"),
+            ("shallowmirror mirror mm2.properties", "run its flows until SIGTERM/Ctrl-C"),
+            ("shallowmirror COMMAND --help", "options and examples of one command"),
+        ]),
     )
     parser.add_argument("--version", action="version", version=f"shallowmirror {__version__}")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    add_log_level(parser, default="INFO")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
@@ -33,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # not written yet
             raise
         module.add_parser(sub)
+    for subparser in sub.choices.values():
+        # One look for every command's help, and --log-level after the command name too.
+        subparser.formatter_class = HelpFormatter
+        add_log_level(subparser, default=argparse.SUPPRESS)
     return parser
 
 
@@ -40,14 +54,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"shallowmirror {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the last line of defence: a message, not a trace
+        return _unexpected(args.command, err)
+
+
+def _unexpected(command: str, err: BaseException) -> int:
+    """An error no command turned into a message: one line for the user, the traceback only in
+    the DEBUG log (where a bug report can come from)."""
+    from shallowmirror.errors import ShallowMirrorError
+
+    logging.getLogger("shallowmirror").debug("traceback of the error below", exc_info=err)
+    if isinstance(err, ShallowMirrorError):
+        print(f"shallowmirror {command}: {err}", file=sys.stderr)
+        return 2 if err.__class__.__name__ == "ConfigError" else 1
+    print(f"shallowmirror {command}: unexpected {type(err).__name__}: {err} (this is a bug; "
+          "--log-level DEBUG shows where it happened)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

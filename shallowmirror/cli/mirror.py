@@ -48,10 +48,34 @@ def check_conflicts(args: argparse.Namespace) -> list[str]:
         problems.append("--caught-up-timeout must be positive")
     if args.status_interval is not None and args.status_interval < 0:
         problems.append("--status-interval must not be negative")
+    if args.prometheus_port is not None and not 0 < args.prometheus_port < 65536:
+        problems.append(f"--prometheus-port must be a TCP port, 1-65535, got "
+                        f"{args.prometheus_port}")
     return problems
 
 
+EXAMPLES = [
+    ("shallowmirror mirror mm2.properties --check",
+     "validate every key and value, print the flows, and exit (nothing is contacted)"),
+    ("shallowmirror mirror mm2.properties",
+     "run until SIGTERM or Ctrl-C, with a status line per flow every 30 s"),
+    ("shallowmirror mirror mm2.properties --exit-when-caught-up --caught-up-timeout 600",
+     "copy what is there now and exit 0; exit 1 if a flow cannot catch up"),
+    ("shallowmirror mirror mm2.properties --deep --metrics-file run.jsonl",
+     "the decompress/recompress path, with metrics for `shallowmirror report`"),
+]
+
+MM2_EXAMPLE = """\
+a minimal mm2.properties:
+  clusters = A, B
+  A.bootstrap.servers = 127.0.0.1:9092
+  B.bootstrap.servers = 127.0.0.1:9093
+  A->B.enabled = true
+  A->B.topics = orders, payments.*"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from shallowmirror.cli.formatting import epilog
     from shallowmirror.mirror.config import MIRROR_SETTINGS
 
     p = sub.add_parser(
@@ -60,11 +84,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "mode). Flows are enabled with `A->B.enabled = true`; remote topics are "
                     "created on the target with the source's partitions and configs and "
                     "compression.type=producer. SIGTERM/SIGINT stop gracefully.",
-        epilog=MIRROR_SETTINGS.help_text(),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=epilog(EXAMPLES, MM2_EXAMPLE + "\n\n" + MIRROR_SETTINGS.help_text()
+                      + "\n\nEngine and client keys: `shallowmirror info --config-reference`."))
     p.add_argument("config", metavar="mm2.properties", help="MirrorMaker 2 properties file")
     p.add_argument("--clusters", metavar="ALIAS[,ALIAS]",
                    help="run only the flows into these target clusters (as MM2's --clusters)")
+    p.add_argument("--allow-unknown-keys", action="store_true",
+                   help="warn about unknown configuration keys instead of refusing to start")
     add_process_options(p)
     p.set_defaults(func=run)
 
@@ -84,6 +110,7 @@ def describe(config) -> str:
 
 def start(config, args: argparse.Namespace) -> int:
     """Shared tail of `mirror` and `legacy`: --check or run."""
+    from shallowmirror.errors import ConfigError
     from shallowmirror.mirror import logs
     from shallowmirror.mirror.process import run_process
 
@@ -92,7 +119,10 @@ def start(config, args: argparse.Namespace) -> int:
         print(describe(config))
         print("configuration OK")
         return 0
-    return run_process(config, process_options(args))
+    try:
+        return run_process(config, process_options(args))
+    except ConfigError as err:  # found at start-up: a port in use, an unwritable metrics file
+        return config_error(err)
 
 
 def config_error(err: Exception) -> int:
@@ -108,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if problems:
             raise ConfigError(problems)
-        config = load_mm2(args.config, deep=args.deep)
+        config = load_mm2(args.config, deep=args.deep,
+                          allow_unknown_keys=args.allow_unknown_keys)
         if args.clusters:
             config = config.only_targets(a.strip() for a in args.clusters.split(",")
                                          if a.strip())

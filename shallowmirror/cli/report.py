@@ -7,12 +7,20 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from shallowmirror.cli.formatting import epilog
+
     p = sub.add_parser(
         "report",
         help="compute throughput/CPU/memory reports with Spark and render them as HTML",
         description="Read benchmark results and engine metrics (JSON lines; directories are "
         "searched for *.jsonl), compute throughput, CPU per GB, peak RSS, latency percentiles "
         "and shallow/deep ratios with Spark, and write report.html, summary.json and CSVs.",
+        epilog=epilog([
+            ("shallowmirror report bench-results.jsonl --out report/",
+             "the benchmark report: open report/report.html in a browser"),
+            ("shallowmirror report run.jsonl --out mirror-report/",
+             "a report of a mirror run written with --metrics-file run.jsonl"),
+        ]),
     )
     p.add_argument("inputs", nargs="+", metavar="RESULTS", help="*.jsonl files or directories")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write the report to")

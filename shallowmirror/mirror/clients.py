@@ -3,7 +3,10 @@
 mm2.properties and MirrorMaker 1 config files carry Java client keys librdkafka does not know
 (``key.deserializer``, ``sasl.jaas.config``, ``partition.assignment.strategy`` class names ...).
 librdkafka refuses to start on an unknown key, so such keys are dropped with one warning each;
-engine-only keys never reach librdkafka.
+engine-only keys never reach librdkafka. Connection keys (``bootstrap.servers``,
+``security.protocol``, ``sasl.*`` including a Java ``sasl.jaas.config``, ``ssl.*`` Java names) are
+not passed as written: they come from ``net.config.librdkafka_connection``, the one translation
+every client shares, which also validates them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaException
 
+from shallowmirror.net.config import TRANSLATED_KEYS, librdkafka_connection
+from shallowmirror.rdkafka_logs import with_log_config
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -22,26 +28,32 @@ T = TypeVar("T")
 #: Java client keys with no librdkafka meaning (or a different one): always dropped.
 JAVA_ONLY_KEYS = frozenset({
     "key.deserializer", "value.deserializer", "key.serializer", "value.serializer",
-    "interceptor.classes", "sasl.jaas.config",
+    "interceptor.classes",
     "sasl.login.callback.handler.class", "sasl.client.callback.handler.class",
     "metric.reporters", "security.providers", "default.api.timeout.ms",
     "auto.include.jmx.reporter", "buffer.memory", "max.block.ms", "exclude.internal.topics",
-    "allow.auto.create.topics", "ssl.truststore.type", "ssl.keystore.type",
-    "ssl.endpoint.identification.algorithm", "ssl.truststore.location",
-    "ssl.truststore.password", "ssl.keystore.location", "ssl.keystore.password",
-    "ssl.key.password", "ssl.protocol", "ssl.enabled.protocols",
+    "allow.auto.create.topics", "ssl.truststore.password", "ssl.keystore.password",
+    "ssl.protocol", "ssl.enabled.protocols",
 })
+#: shallowmirror's own connection keys (net.config): meaningful to the engine, not to librdkafka.
+OWN_CONNECTION_KEYS = frozenset({"reconnect.deadline.ms"})
 _UNKNOWN_RE = re.compile(r'No such configuration property: "([^"]+)"')
 _warned: set[tuple[str, str]] = set()
 
 
 def build_client(factory: Callable[[dict[str, Any]], T], config: Mapping[str, Any], *,
-                 what: str) -> T:
-    """``factory(config)`` after dropping keys librdkafka rejects (each warned about once)."""
+                 what: str, alias: str | None = None) -> T:
+    """``factory(config)`` with the connection keys translated for librdkafka (cluster
+    ``alias``; a bad one raises ``ConfigError`` naming it) and the keys librdkafka rejects
+    dropped (each warned about once)."""
+    config = {**{k: v for k, v in config.items() if k not in TRANSLATED_KEYS},
+              **librdkafka_connection(config, alias or what)}
     conf = {k: v for k, v in config.items() if k not in JAVA_ONLY_KEYS
+            and k not in OWN_CONNECTION_KEYS
             and not (k == "partition.assignment.strategy" and "." in str(v))}
-    for key in sorted(set(config) - set(conf)):
+    for key in sorted(set(config) - set(conf) - OWN_CONNECTION_KEYS):
         _warn_once(key, what, "a Java client key or value librdkafka does not use")
+    conf = with_log_config(conf)  # librdkafka's lines through Python logging, not raw stderr
     for _ in range(len(conf) + 1):
         try:
             return factory(dict(conf))

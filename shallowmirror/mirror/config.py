@@ -49,6 +49,11 @@ from shallowmirror.settings import Setting, SettingsTable
 log = logging.getLogger(__name__)
 
 
+def port_problem(value: int) -> str | None:
+    """A TCP port a server can listen on: 1-65535."""
+    return None if 0 < value < 65536 else f"must be a TCP port, 1-65535, got {value}"
+
+
 def _policy_problem(value: str) -> str | None:
     if value.strip() in POLICY_NAMES:
         return None
@@ -126,7 +131,7 @@ MIRROR_SETTINGS = SettingsTable(
                 scope="process", minimum=0),
         Setting("prometheus.port", "int", None,
                 "Serve Prometheus metrics on this port (needs prometheus-client).",
-                scope="process", minimum=0),
+                scope="process", validator=port_problem),
         Setting("metrics.file", "str", None,
                 "Append JSON-lines metrics events (flow and process records) to this file.",
                 scope="process"),
@@ -159,7 +164,7 @@ MM2_IGNORED_PREFIXES = ("offset.storage.", "config.storage.", "status.storage.",
 #: Top-level keys that configure every client of every cluster (MM2's CLIENT_CONFIG_DEF).
 CLIENT_KEY_PREFIXES = ("bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.id",
                        "client.dns.lookup", "socket.", "connections.max.idle.ms",
-                       "reconnect.backoff", "metadata.max.age.ms", "request.timeout.ms",
+                       "reconnect.", "metadata.max.age.ms", "request.timeout.ms",
                        "retry.backoff.ms", "send.buffer.bytes", "receive.buffer.bytes")
 
 #: Engine keys that are consumer settings (may come as `consumer.x`) and producer settings.
@@ -269,6 +274,12 @@ def load_properties(path: str | Path) -> dict[str, str]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        line = err.object[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path} is not a text properties file: byte 0x{err.object[err.start]:02x} "
+                          f"at line {line} (byte {err.start}) is not UTF-8") from err
+    if "\x00" in text:
+        raise ConfigError(f"{path} is not a text properties file: it contains NUL bytes")
     return parse_properties(text)
 
 
@@ -414,7 +425,7 @@ def _closest(key: str) -> str | None:
 
 
 def _check_top_level_key(key: str, clusters: list[str], warnings: list[str],
-                         ignored: set[str]) -> None:
+                         ignored: set[str], unknown: list[str]) -> None:
     if key in MIRROR_SETTINGS or key in _engine_names() or _is_client_key(key):
         return
     if key.startswith(CLIENT_ROLES):
@@ -428,22 +439,43 @@ def _check_top_level_key(key: str, clusters: list[str], warnings: list[str],
                         f"({', '.join(clusters)}); the key is ignored")
         return
     hint = _closest(key)
-    warnings.append(f"unknown configuration key {key!r}"
-                    + (f"; did you mean {hint!r}?" if hint else ""))
+    unknown.append(f"unknown configuration key {key!r}"
+                   + (f"; did you mean {hint!r}?" if hint else ""))
+
+
+#: Closes the list of unknown-key problems: why they are errors, and the way out.
+UNKNOWN_KEYS_HINT = ("an unknown key is an error, so that a typo cannot change what is mirrored "
+                     "(a misspelt `topics` would mirror every topic); --allow-unknown-keys "
+                     "turns these into warnings")
+
+
+def _client_problems(config: Mapping[str, str], alias: str) -> list[str]:
+    """What the connection layer would refuse in one client config (bootstrap addresses,
+    security.protocol, SASL, SSL files), found before anything runs."""
+    from shallowmirror.net.config import client_settings
+
+    try:
+        client_settings(config, alias)
+    except ConfigError as err:
+        return err.problems
+    return []
 
 
 def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
-                overrides: Mapping[str, Any] | None = None) -> MirrorConfig:
+                overrides: Mapping[str, Any] | None = None,
+                allow_unknown_keys: bool = False) -> MirrorConfig:
     """Turn mm2.properties into a ``MirrorConfig``, reporting every problem at once.
 
     ``deep`` forces ``use.raw.bytes=false`` on every flow; ``overrides`` (from CLI options)
-    replace top-level keys."""
+    replace top-level keys. Unknown keys are problems unless ``allow_unknown_keys``, which
+    makes them warnings."""
     props = {k.strip(): str(v) for k, v in props.items()}
     for key, value in (overrides or {}).items():
         if value is not None:
             props[key] = str(value)
     problems: list[str] = []
     warnings: list[str] = []
+    unknown_keys: list[str] = []
     ignored: set[str] = set()
 
     clusters_raw = props.get("clusters", "")
@@ -461,7 +493,7 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
 
     top, per_cluster, per_flow = _split_scopes(props, clusters)
     for key in top:
-        _check_top_level_key(key, clusters, warnings, ignored)
+        _check_top_level_key(key, clusters, warnings, ignored, unknown_keys)
     for alias, keys in per_cluster.items():
         for key in keys:
             if key in MIRROR_SETTINGS and MIRROR_SETTINGS[key].scope == "flow":
@@ -501,8 +533,8 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
             if key not in names and key not in MM2_IGNORED_KEYS and not _is_client_key(key) \
                     and not key.startswith(("source.", "target.")):
                 hint = _closest(key)
-                warnings.append(f"unknown configuration key {flow}.{key!r}"
-                                + (f"; did you mean {flow}.{hint}?" if hint else ""))
+                unknown_keys.append(f"unknown configuration key '{flow}.{key}'"
+                                    + (f"; did you mean '{flow}.{hint}'?" if hint else ""))
         clients = {
             "source_consumer": client_config(props, source, "consumer", flow),
             "target_producer": client_config(props, target, "producer", flow),
@@ -515,6 +547,11 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                        f"{alias}.bootstrap.servers (needed by flow {flow})")
                 if msg not in problems:
                     problems.append(msg)
+        for side, alias in (("source_consumer", source), ("source_admin", source),
+                            ("target_producer", target), ("target_admin", target)):
+            if clients[side].get("bootstrap.servers", "").strip():
+                problems.extend(p for p in _client_problems(clients[side], alias)
+                                if p not in problems)
         for scope, keys in (("", top), (f"{flow}.", flow_keys)):
             for new, old in (("topics.exclude", "topics.blacklist"),
                              ("config.properties.exclude", "config.properties.blacklist")):
@@ -526,7 +563,9 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                             clients["target_producer"], names)
         if deep:
             raw["use.raw.bytes"] = "false"
-        mirror_raw = {k: v for k, v in raw.items() if k in MIRROR_SETTINGS}
+        # Process keys (prometheus.port ...) are resolved once, below, not once per flow.
+        mirror_raw = {k: v for k, v in raw.items() if k in MIRROR_SETTINGS
+                      and MIRROR_SETTINGS[k].scope != "process"}
         engine_raw = {k: v for k, v in raw.items() if k in engine_names}
         try:
             settings = MIRROR_SETTINGS.resolve(mirror_raw, context=flow, warn_unknown=False)
@@ -560,6 +599,10 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
     except ConfigError as err:
         problems.extend(p for p in err.problems if p not in problems)
         process = {}
+    if unknown_keys and allow_unknown_keys:
+        warnings.extend(unknown_keys)
+    elif unknown_keys:
+        problems.extend(unknown_keys + [UNKNOWN_KEYS_HINT])
     if problems:
         raise ConfigError(problems)
     for warning in warnings:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from shallowmirror.errors import ShallowMirrorError
@@ -45,6 +47,44 @@ class Runner(Protocol):
     async def run(self, stop: asyncio.Event | None = None) -> None: ...
 
     async def wait_caught_up(self, timeout_s: float) -> bool: ...
+
+
+async def _unless_stopped(fn: Callable[[], Any], stop: asyncio.Event) -> tuple[bool, Any]:
+    """``(True, fn())`` run in a daemon thread, or ``(False, None)`` as soon as ``stop`` is set.
+
+    An admin call to an unreachable cluster blocks for its whole timeout; a daemon thread lets
+    SIGINT end the process at once instead of waiting for it (an executor thread is joined at
+    exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def call() -> None:
+        result, error = None, None
+        try:
+            result = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = err
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=call, name="admin-call", daemon=True).start()
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({future, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if future.done():
+        return True, future.result()
+    future.cancel()
+    return False, None
 
 
 def _engine_classes():
@@ -121,20 +161,56 @@ class FlowRunner:
 
         self.sync = await asyncio.to_thread(build)
 
+    def _address(self, alias: str) -> str:
+        admin = self.flow.source_admin if alias == self.flow.source else self.flow.target_admin
+        return str(admin.get("bootstrap.servers", "?"))
+
+    def _deadline_ms(self) -> int:
+        """reconnect.deadline.ms of the flow's clusters (the smaller one): how long a cluster
+        may stay unreachable before the flow gives up."""
+        return min(int(c.get("reconnect.deadline.ms", 120000))
+                   for c in (self.flow.source_admin, self.flow.target_admin))
+
     async def _refresh(self, stop: asyncio.Event, *, first: bool = False) -> bool:
-        """Refresh topics, retrying while a cluster is unreachable; False if stopped first."""
+        """Refresh topics, retrying while a cluster is unreachable; False if stopped first.
+
+        The first failed attempt is one warning naming the cluster, its address and the backoff;
+        further attempts log at DEBUG (the status line shows what the flow waits for). After
+        reconnect.deadline.ms without an answer the flow fails (``FlowFailedError``)."""
         assert self.sync is not None
-        delay = 1.0
+        delay, waiting_since = 1.0, None
         while not stop.is_set():
             try:
-                ready = await asyncio.to_thread(self.sync.refresh)
+                answered, ready = await _unless_stopped(self.sync.refresh, stop)
+                if not answered:
+                    return False
             except ClusterUnreachableError as err:
-                self.state = "waiting for cluster"
-                log.warning("flow %s: %s; retrying in %.0fs", self.name, err, delay)
+                alias = self._unreachable_alias(err)
+                where = f"cluster {alias} at {self._address(alias)}"
+                self.state = f"waiting for {where}"
+                deadline_ms = self._deadline_ms()
+                now = time.monotonic()
+                if waiting_since is None:
+                    waiting_since = now
+                    log.warning("flow %s: cannot reach %s (%s); retrying in %.0fs, backoff "
+                                "doubling up to 30s, for at most reconnect.deadline.ms=%d",
+                                self.name, where, err, delay, deadline_ms)
+                else:
+                    log.debug("flow %s: %s still unreachable; retrying in %.0fs", self.name,
+                              where, delay)
+                if (now - waiting_since) * 1000 >= deadline_ms:
+                    raise FlowFailedError(
+                        f"flow {self.name}: {where} did not answer for "
+                        f"{now - waiting_since:.0f}s (reconnect.deadline.ms={deadline_ms}); "
+                        f"giving up: {err}") from err
+                # The last attempt comes at the deadline, not a whole backoff after it.
+                remaining_s = deadline_ms / 1000 - (now - waiting_since)
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                    await asyncio.wait_for(stop.wait(), max(0.0, min(delay, remaining_s)))
                 delay = min(delay * 2, 30.0)
                 continue
+            if waiting_since is not None:
+                log.info("flow %s: clusters answer again", self.name)
             self.source_topic_count = len(self.sync.topics)
             await self._note_codecs()
             if ready != self.ready_topics or first:
@@ -146,6 +222,13 @@ class FlowRunner:
                     runner.set_topics(list(ready))
             return True
         return False
+
+    def _unreachable_alias(self, err: Exception) -> str:
+        """The alias a ``ClusterUnreachableError`` names (its message starts "cluster X")."""
+        words = str(err).split()
+        if len(words) > 1 and words[0] == "cluster" and words[1] == self.flow.target:
+            return self.flow.target
+        return self.flow.source
 
     async def _note_codecs(self) -> None:
         """The codec each source topic's data came in (the deep path recompresses with it):
@@ -230,7 +313,8 @@ class FlowRunner:
                 raise
             except Exception as err:  # noqa: BLE001 - reported, then restart or fail the flow
                 if self.flow.settings["abort.on.send.failure"]:
-                    raise FlowFailedError(f"flow {self.name} failed: {err}") from err
+                    raise FlowFailedError(f"flow {self.name} failed: {err} "
+                                          "(abort.on.send.failure=true)") from err
                 if time.monotonic() - started > 60:
                     delay = 1.0
                 self.restarts += 1
@@ -289,12 +373,21 @@ class FlowRunner:
             merged.errors.extend(f"{t}: {e}" for t, e in sorted(self.sync.errors().items()))
         return merged
 
+    def nothing_to_mirror(self) -> str | None:
+        """Why this flow can never catch up, once it has listed its source: no topic matches."""
+        if self.state != "running" or self.sync is None or self.source_topic_count:
+            return None
+        return (f"flow {self.name}: no topic on cluster {self.flow.source} "
+                f"({self._address(self.flow.source)}) matches topics="
+                f"{','.join(self.flow.settings['topics'])} (topics.exclude="
+                f"{','.join(self.flow.topic_filter.exclude)}): nothing to mirror")
+
     async def caught_up(self) -> bool:
         """Every ready topic mirrored to its source's high watermark and no topic waiting."""
         if self.state != "running" or self.sync is None:
             return False
         if not self.ready_topics:
-            return self.source_topic_count == 0
+            return False  # nothing mirrored is never "caught up" (see nothing_to_mirror)
         pending = set(self.sync.topics) - set(self.ready_topics) - set(self.sync.errors())
         if pending:
             return False

@@ -101,8 +101,14 @@ class MirrorProcess:
             from shallowmirror.engine.metrics import JsonLinesMetricsSink
         except ImportError:  # pragma: no cover
             from shallowmirror.engine import JsonLinesMetricsSink
-        Path(self.metrics_file).parent.mkdir(parents=True, exist_ok=True)
-        self.observer.inner = JsonLinesMetricsSink(self.metrics_file)
+        from shallowmirror.errors import ConfigError
+
+        try:
+            Path(self.metrics_file).parent.mkdir(parents=True, exist_ok=True)
+            self.observer.inner = JsonLinesMetricsSink(self.metrics_file)
+        except OSError as err:
+            raise ConfigError(f"metrics.file {self.metrics_file}: cannot write to it "
+                              f"({err.strerror or err})") from err
         log.info("metrics events appended to %s", self.metrics_file)
 
     # -- loops -----------------------------------------------------------------------------------
@@ -123,6 +129,13 @@ class MirrorProcess:
         started = time.monotonic()
         timeout = self.options.caught_up_timeout_s
         while not self.stop.is_set():
+            empty = [reason for f in self.flows if (reason := f.nothing_to_mirror())]
+            if empty:
+                for reason in empty:
+                    log.error("%s; stopping, not caught up", reason)
+                self.exit_code = 1
+                self.stop.set()
+                return
             checks = [await f.caught_up() for f in self.flows]
             if self.flows and all(checks):
                 self.caught_up = True
@@ -143,7 +156,7 @@ class MirrorProcess:
         try:
             await flow.run(self.stop)
         except FlowFailedError as err:
-            log.error("%s; stopping the process (abort.on.send.failure=true)", err)
+            log.error("%s; stopping the process", err)
             self.exit_code = 1
             self.stop.set()
         except Exception as err:

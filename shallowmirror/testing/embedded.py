@@ -304,9 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     aliases = (argv if argv is not None else sys.argv[1:]) or ["source", "target"]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with embedded_clusters(*aliases) as clusters:
+        # Lines a user pastes into mm2.properties as they are; the rest are comments there.
         for cluster in clusters:
-            print(f"{cluster.alias}.bootstrap.servers={cluster.bootstrap}  (pid {cluster.pid})",
-                  flush=True)
+            print(f"{cluster.alias}.bootstrap.servers = {cluster.bootstrap}", flush=True)
+        pids = ", ".join(f"{c.alias} pid {c.pid}" for c in clusters)
+        print(f"# embedded tansu brokers ({pids}), storage in memory only.\n"
+              f"# Stop them with Ctrl-C, or: kill {os.getpid()}", flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     return 0

@@ -5,9 +5,10 @@ partitions, codec, producer batching, idempotent or transactional producer with 
 and aborted transactions); ``load`` creates the topic (``compression.type=producer`` so the broker
 keeps the producer's batches as they are), produces, and returns a ``LoadResult``: per partition the
 ordered committed records (with the offsets the broker assigned) and the aborted ones separately,
-plus byte counts. Everything but timestamps follows from ``seed``; timestamps start at
-``timestamp_ms`` (default: now, so a real broker's retention does not delete the data at once) and
-advance 1 ms per record.
+plus byte counts. Everything but timestamps follows from ``seed``. Timestamps are the wall clock
+at the moment each record is produced (so ``record-age-ms`` on the target means something, and a
+long load never runs past a broker's limit on future timestamps), or, with ``timestamp_ms``,
+start there and advance 1 ms per record (reproducible bytes for tests).
 
 Values are JSON-like click events padded with a note drawn from a pool of phrases: repetition like
 real event streams, so they compress roughly 3x with lz4/snappy and 5-8x with zstd/gzip.
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shallowmirror.errors import ConfigError, ShallowMirrorError
+from shallowmirror.rdkafka_logs import with_log_config
 from shallowmirror.testing.topics import (
     TIMESTAMP_CREATE_TIME,
     Record,
@@ -176,12 +178,17 @@ class _Plan:
     headers: list[tuple[tuple[str, bytes], ...]]
     base_timestamp_ms: int
     uncompressed_bytes: int
+    #: Wall-clock create times, filled in as records are produced (None: base + index).
+    timestamps: array | None = None
 
     def __len__(self) -> int:
         return len(self.values)
 
+    def timestamp(self, i: int) -> int:
+        return self.timestamps[i] if self.timestamps is not None else self.base_timestamp_ms + i
+
     def record(self, i: int, offset: int = -1) -> Record:
-        return Record(self.keys[i], self.values[i], self.headers[i], self.base_timestamp_ms + i,
+        return Record(self.keys[i], self.values[i], self.headers[i], self.timestamp(i),
                       TIMESTAMP_CREATE_TIME, offset)
 
 
@@ -227,6 +234,11 @@ def _plan(w: Workload) -> _Plan:
                  key_bytes + sum(map(len, values)) + header_bytes)
 
 
+def _stamp_with_clock(plan: _Plan) -> None:
+    """Make ``_produce_range`` stamp each record with the wall clock when it is produced."""
+    plan.timestamps = array("q", bytes(8 * len(plan)))
+
+
 def generate(workload: Workload) -> list[tuple[int, Record]]:
     """The (partition, record) pairs a workload writes, in produce order (offsets unknown)."""
     plan = _plan(workload)
@@ -258,7 +270,7 @@ def create_topic(cluster_or_config: Any, workload: Workload, timeout_s: float = 
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(client_config(cluster_or_config))
+    admin = AdminClient(with_log_config(client_config(cluster_or_config)))
     config = {"compression.type": "producer", **dict(workload.topic_config)}
     new = NewTopic(workload.topic, workload.partitions, workload.replication_factor, config=config)
     future = admin.create_topics([new], operation_timeout=timeout_s)[workload.topic]
@@ -294,6 +306,8 @@ def load(
     if w.create_topic:
         create_topic(base, w)
     plan = _plan(w)
+    if w.timestamp_ms is None:
+        _stamp_with_clock(plan)
     total = len(plan)
 
     stats: list[dict] = []
@@ -312,7 +326,7 @@ def load(
             offsets[msg.partition()].append(msg.offset())
 
     config = {
-        **base,
+        **with_log_config(base),
         "compression.type": w.codec,
         "linger.ms": w.linger_ms,
         "batch.size": w.batch_bytes,
@@ -368,14 +382,19 @@ def _produce_range(producer: Any, topic: str, plan: _Plan, start: int, end: int,
                    progress: Callable[[int, int], None] | None) -> None:
     produce, poll = producer.produce, producer.poll
     keys, values, headers, partitions = plan.keys, plan.values, plan.headers, plan.partitions
-    ts = plan.base_timestamp_ms
+    stamps = plan.timestamps
+    now_ms = int(time.time() * 1000)
     for i in range(start, end):
         h = headers[i]
+        if stamps is not None:
+            if i % 1000 == 0:  # the clock, read once per thousand records
+                now_ms = int(time.time() * 1000)
+            stamps[i] = now_ms
         while True:
             try:
                 # confluent-kafka wants headers as a list (or dict), not a tuple.
-                produce(topic, values[i], keys[i], partition=partitions[i], timestamp=ts + i,
-                        headers=list(h) if h else None)
+                produce(topic, values[i], keys[i], partition=partitions[i],
+                        timestamp=plan.timestamp(i), headers=list(h) if h else None)
                 break
             except BufferError:
                 poll(0.05)  # local queue full: let delivery reports drain it

@@ -1,0 +1,42 @@
+"""librdkafka's own log lines, through Python logging instead of raw ``%3|...|FAIL|`` on stderr.
+
+librdkafka writes every failed connection attempt to stderr (about 16 lines a second for one
+unreachable broker), whatever ``--log-level`` says. Every confluent-kafka client shallowmirror
+builds gets ``log_config()``: its lines go to the ``librdkafka`` logger at DEBUG, and librdkafka
+produces them only when that logger would show them. What they say that a user must know
+(a cluster that cannot be reached, a request that failed) shallowmirror reports itself, once,
+naming the cluster and address.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+LOGGER_NAME = "librdkafka"
+_log = logging.getLogger(LOGGER_NAME)
+
+
+class _DebugLogger:
+    """What confluent-kafka's ``logger`` config needs (``.log(level, fmt, *args)``): every
+    librdkafka line, whatever its syslog level, at DEBUG."""
+
+    def log(self, _level: int, msg: str, *args: Any) -> None:
+        _log.debug(msg, *args)
+
+
+def log_config() -> dict[str, Any]:
+    """Client config keys that route librdkafka's logs through Python logging."""
+    if _log.isEnabledFor(logging.DEBUG):
+        return {"logger": _DebugLogger(), "log_level": 7}
+    # Below DEBUG nobody reads them: librdkafka does not even format them (0 = emergencies).
+    return {"logger": _DebugLogger(), "log_level": 0}
+
+
+def with_log_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` plus ``log_config()``, unless the caller set its own logger."""
+    out = dict(config)
+    if "logger" not in out:
+        out.update(log_config())
+    return out

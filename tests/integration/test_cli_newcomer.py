@@ -1,0 +1,167 @@
+"""What a newcomer hits with real brokers (issue 13): every test runs the CLI as a subprocess.
+
+False success (a flow that mirrored nothing is never "caught up"), unreachable brokers (no
+librdkafka noise, one warning naming cluster and address, reconnect.deadline.ms honoured, SIGINT
+at once), `brokers` output that pastes into mm2.properties, and `load` against existing topics.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from test_mirror_cli import Background, command, mm2_properties, run_cli
+
+from shallowmirror.testing.embedded import free_port
+from shallowmirror.testing.topics import read_topic
+from shallowmirror.testing.workload import Workload, load
+
+pytestmark = pytest.mark.integration
+
+#: librdkafka's raw stderr lines look like "%3|1795507542.724|FAIL|rdkafka#producer-1| ...".
+RDKAFKA_RAW = "|FAIL|"
+
+
+def test_brokers_prints_lines_that_paste_into_mm2_properties(tmp_path, on_tansu):
+    if not on_tansu:
+        pytest.skip("starts embedded tansu brokers")
+    brokers = Background("brokers", "X", "Y", log_path=tmp_path / "brokers.log")
+    try:
+        deadline = time.monotonic() + 60
+        while "# Stop them" not in brokers.log() and time.monotonic() < deadline:
+            assert brokers.process.poll() is None, brokers.log()
+            time.sleep(0.2)
+        printed = [line for line in brokers.log().splitlines()
+                   if line.startswith(("X.", "Y.", "#"))]
+        assert printed[0].startswith("X.bootstrap.servers = 127.0.0.1:"), printed
+        assert printed[1].startswith("Y.bootstrap.servers = 127.0.0.1:"), printed
+        assert "pid" not in printed[0] + printed[1]
+        assert printed[3] == f"# Stop them with Ctrl-C, or: kill {brokers.process.pid}"
+        # The output as it is, pasted into a properties file, is a valid configuration.
+        config = tmp_path / "mm2.properties"
+        config.write_text("clusters = X, Y\n" + "\n".join(printed) + "\nX->Y.enabled = true\n")
+        result = run_cli("mirror", str(config), "--check")
+        assert result.returncode == 0, result.stderr
+        assert "configuration OK" in result.stdout
+        assert brokers.terminate() == 0, brokers.log()
+    finally:
+        brokers.stop()
+
+
+def test_a_flow_matching_no_topic_is_not_caught_up(source_cluster, target_cluster, tmp_path):
+    missing = f"no-such-topic-{uuid.uuid4().hex[:8]}"
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **{"A->B.enabled": "true", "A->B.topics": missing})
+    result = run_cli("mirror", str(config), "--exit-when-caught-up", "--caught-up-timeout", "60")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert (f"flow A->B: no topic on cluster A ({source_cluster.bootstrap}) matches "
+            f"topics={missing} (topics.exclude=") in result.stderr
+    assert "nothing to mirror; stopping, not caught up" in result.stderr
+    assert "all flows caught up" not in result.stderr
+    assert "caught up" not in result.stdout
+
+
+def _unreachable_config(tmp_path, target_cluster, **keys: str):
+    port = free_port()  # nothing listens there
+    path = tmp_path / "mm2.properties"
+    lines = ["clusters = A, B", f"A.bootstrap.servers = 127.0.0.1:{port}",
+             f"B.bootstrap.servers = {target_cluster.bootstrap}", "A->B.enabled = true",
+             *(f"{k} = {v}" for k, v in keys.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path, port
+
+
+def test_unreachable_source_one_warning_and_reconnect_deadline(target_cluster, tmp_path):
+    config, port = _unreachable_config(tmp_path, target_cluster, **{
+        "request.timeout.ms": "1000", "reconnect.deadline.ms": "5000"})
+    result = run_cli("mirror", str(config), timeout_s=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert RDKAFKA_RAW not in result.stderr and "%3|" not in result.stderr
+    warnings = [line for line in result.stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1, warnings
+    assert (f"flow A->B: cannot reach cluster A at 127.0.0.1:{port} (cluster A did not answer "
+            "Metadata within 1s") in warnings[0]
+    assert ("retrying in 1s, backoff doubling up to 30s, for at most "
+            "reconnect.deadline.ms=5000") in warnings[0]
+    assert (f"flow A->B: cluster A at 127.0.0.1:{port} did not answer for 5s "
+            "(reconnect.deadline.ms=5000); giving up") in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_source_is_quiet_and_sigint_stops_at_once(target_cluster, tmp_path):
+    # A Metadata call to the unreachable cluster is pending for request.timeout.ms (60 s) when
+    # SIGINT comes: the process must not wait for it.
+    config, _port = _unreachable_config(tmp_path, target_cluster,
+                                        **{"request.timeout.ms": "60000"})
+    mirror = Background("mirror", str(config), "--log-level", "ERROR",
+                        log_path=tmp_path / "mirror.log")
+    try:
+        time.sleep(3)
+        assert mirror.process.poll() is None, mirror.log()
+        mirror.process.send_signal(signal.SIGINT)
+        try:
+            code = mirror.process.wait(30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("SIGINT did not stop a mirror waiting for an unreachable "
+                                 f"cluster within 30s:\n{mirror.log()[-3000:]}") from None
+    finally:
+        mirror.stop()
+    assert code == 0, mirror.log()
+    log = mirror.log()
+    assert "%3|" not in log and RDKAFKA_RAW not in log, log[:2000]
+    # At --log-level ERROR only the exit summary is printed.
+    assert [line for line in log.splitlines() if line.strip()] == [
+        "mirrored 0 records, 0.0 MB in " + log.split("mirrored 0 records, 0.0 MB in ")[1]
+        .splitlines()[0],
+        "  A->B (shallow): 0 records, 0.0 MB compressed, 0 topics, lag unknown"], log
+
+
+def test_load_against_an_unreachable_broker_says_so(tmp_path):
+    port = free_port()
+    result = subprocess.run(command("load", "--bootstrap-servers", f"127.0.0.1:{port}",
+                                    "--topic", "t", "--records", "20k"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert (f"shallowmirror load: the cluster at 127.0.0.1:{port} did not answer within 10s "
+            "(Failed to get metadata: Local: Broker transport failure); is it running, and is "
+            "that its address?") in result.stderr
+    assert "%3|" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_load_writes_every_partition_of_an_existing_topic(source_cluster, unique_topic):
+    topic = unique_topic("eight")
+    load(source_cluster, Workload(topic, records=80, partitions=8, value_bytes=50))
+    bootstrap = source_cluster.bootstrap
+    base = ("load", "--bootstrap-servers", bootstrap, "--topic", topic, "--records", "20k")
+    result = run_cli(*base)
+    assert result.returncode == 1
+    assert (f"shallowmirror load: topic '{topic}' already exists (8 partitions): add "
+            "--existing-topic to append to it") in result.stderr
+    result = run_cli(*base, "--existing-topic", "--partitions", "3")
+    assert result.returncode == 1
+    assert (f"--partitions 3: topic '{topic}' has 8 partitions; leave --partitions out to "
+            "write to all of them") in result.stderr
+    before_ms = int(time.time() * 1000)
+    result = run_cli(*base, "--existing-topic")
+    after_ms = int(time.time() * 1000)
+    assert result.returncode == 0, result.stderr
+    assert f"topic {topic}: 20,000 committed records (0 aborted) in 8 partitions" in result.stdout
+    records = read_topic(source_cluster, topic)
+    assert sorted(records) == list(range(8))
+    assert all(len(records[p]) > 10 + 1000 for p in range(8)), {p: len(r) for p, r in
+                                                                records.items()}
+    # Create times are the wall clock at produce time: never in the future.
+    loaded = [r for p in range(8) for r in records[p] if r.timestamp_ms >= before_ms]
+    assert len(loaded) == 20_000
+    assert max(r.timestamp_ms for r in loaded) <= after_ms
+
+
+def test_load_rejects_a_pasted_brokers_line():
+    result = run_cli("load", "--bootstrap-servers", "127.0.0.1:43261  (pid 4162)", "--topic",
+                     "t")
+    assert result.returncode == 2
+    assert ("shallowmirror load: --bootstrap-servers: '127.0.0.1:43261  (pid 4162)' is not "
+            "host:port") in result.stderr

@@ -1,0 +1,173 @@
+"""What a newcomer sees from the `shallowmirror` command when the input is wrong (issue 13).
+
+Every test runs the CLI as a subprocess, as a user would, and checks the exact message and exit
+status: bad input ends in a message naming what is wrong and where, never in a traceback. None
+of these needs a broker: configuration problems are found before anything is contacted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shallowmirror", *args], capture_output=True,
+                          text=True, timeout=timeout_s,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def mm2(tmp_path: Path, *lines: str, name: str = "mm2.properties") -> str:
+    path = tmp_path / name
+    path.write_text("\n".join(["clusters = A, B", "A->B.enabled = true", *lines]) + "\n")
+    return str(path)
+
+
+GOOD = ("A.bootstrap.servers = 127.0.0.1:19092", "B.bootstrap.servers = 127.0.0.1:19093")
+
+
+def assert_config_error(result: subprocess.CompletedProcess, *messages: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "configuration OK" not in result.stdout
+    for message in messages:
+        assert message in result.stderr, result.stderr
+
+
+# -- item 1: a pasted `brokers` line is a configuration error, not a success ---------------------
+
+
+def test_bootstrap_address_with_trailing_text_is_refused_by_check(tmp_path):
+    config = mm2(tmp_path, "A.bootstrap.servers = 127.0.0.1:43261  (pid 4162)", GOOD[1])
+    for extra in (["--check"], ["--exit-when-caught-up"]):
+        result = run_cli("mirror", config, *extra)
+        assert_config_error(result, "invalid configuration:",
+                            "bootstrap.servers (cluster A): '127.0.0.1:43261  (pid 4162)' is "
+                            "not host:port")
+
+
+# -- item 3: no input ends in a traceback; --check validates every value ---------------------------
+
+
+def test_binary_garbage_as_properties_file(tmp_path):
+    path = tmp_path / "garbage.properties"
+    path.write_bytes(b"clusters = A\n\x8a\xff\x00\x13binary")
+    assert_config_error(run_cli("mirror", str(path), "--check"),
+                        f"{path} is not a text properties file: byte 0x8a at line 2 (byte 13) "
+                        "is not UTF-8")
+
+
+@pytest.mark.parametrize("line,message", [
+    ("prometheus.port = 99999", "prometheus.port: must be a TCP port, 1-65535, got 99999"),
+    ("security.protocol = SSL_PLAIN",
+     "security.protocol (cluster A): must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, "
+     "got 'SSL_PLAIN'"),
+    ("B.security.protocol = SASL_SSL\nB.sasl.mechanism = GSSAPI",
+     "sasl.mechanism (cluster B): 'GSSAPI' is not supported"),
+    ("A.ssl.ca.location = /nonexistent/ca.pem\nA.security.protocol = SSL",
+     "ssl.ca.location/ssl.truststore.location (cluster A): cannot load '/nonexistent/ca.pem'"),
+    ("tasks.max = many", "tasks.max (A->B): invalid literal for int()"),
+])
+def test_check_validates_every_value(tmp_path, line, message):
+    assert_config_error(run_cli("mirror", mm2(tmp_path, *GOOD, line), "--check"), message)
+
+
+def test_prometheus_port_out_of_range_on_the_command_line(tmp_path):
+    result = run_cli("mirror", mm2(tmp_path, *GOOD), "--prometheus-port", "99999")
+    assert_config_error(result, "--prometheus-port must be a TCP port, 1-65535, got 99999")
+
+
+def test_prometheus_port_in_use_is_a_message(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("mirror", mm2(tmp_path, *GOOD, f"prometheus.port = {port}"))
+    assert_config_error(result, f"prometheus.port {port}: cannot listen (Address already in use)")
+
+
+def test_unwritable_metrics_file_is_a_message(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cli("mirror", mm2(tmp_path, *GOOD), "--metrics-file", str(blocker / "m.jsonl"))
+    assert_config_error(result, f"metrics.file {blocker / 'm.jsonl'}: cannot write to it")
+
+
+# -- item 4: a typo must not widen the mirror ---------------------------------------------------------
+
+
+def test_unknown_flow_key_is_an_error_with_did_you_mean(tmp_path):
+    config = mm2(tmp_path, *GOOD, "A->B.topic = orders", "refresh.topic.interval.seconds = 5")
+    result = run_cli("mirror", config, "--check")
+    assert_config_error(
+        result,
+        "unknown configuration key 'A->B.topic'; did you mean 'A->B.topics'?",
+        "unknown configuration key 'refresh.topic.interval.seconds'; did you mean "
+        "'refresh.topics.interval.seconds'?",
+        "--allow-unknown-keys turns these into warnings")
+
+
+def test_allow_unknown_keys_turns_them_into_warnings(tmp_path):
+    config = mm2(tmp_path, *GOOD, "A->B.topic = orders")
+    result = run_cli("mirror", config, "--check", "--allow-unknown-keys")
+    assert result.returncode == 0, result.stderr
+    assert ("WARNING shallowmirror.mirror.config: unknown configuration key 'A->B.topic'; did "
+            "you mean 'A->B.topics'?") in result.stderr
+    assert "configuration OK" in result.stdout
+
+
+def test_mirrormaker2_and_connect_keys_are_still_accepted(tmp_path):
+    config = mm2(tmp_path, *GOOD, "emit.checkpoints.enabled = false",
+                 "offset.storage.replication.factor = 1", "A->B.sync.group.offsets.enabled = true",
+                 "A.consumer.max.poll.records = 500", "reconnect.deadline.ms = 60000")
+    result = run_cli("mirror", config, "--check")
+    assert result.returncode == 0, result.stderr
+    assert "configuration OK" in result.stdout
+
+
+# -- item 8: help ------------------------------------------------------------------------------------
+
+
+SUBCOMMANDS = ["mirror", "legacy", "load", "bench", "report", "brokers", "info"]
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_every_subcommand_has_a_description_and_an_example(sub):
+    result = run_cli(sub, "--help")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    usage, _, rest = text.partition("\n\n")
+    assert usage.startswith(f"usage: shallowmirror {sub}")
+    description = rest.split("\n\n", 1)[0]
+    assert not description.startswith(("options:", "positional arguments:")), text
+    assert "\nexamples:\n  shallowmirror " + sub in text, text
+    assert "(default: None)" not in text and "(default: [])" not in text
+    long_lines = [line for line in text.splitlines() if len(line) > 100]
+    assert not long_lines, long_lines
+
+
+def test_bench_help_says_each_default_once():
+    text = run_cli("bench", "--help").stdout
+    assert "(default: None)" not in text
+    assert "source cluster (default: embedded tansu)\n" in text.replace("\n" + " " * 24, " ")
+
+
+def test_log_level_after_the_subcommand_and_bad_levels(tmp_path):
+    config = mm2(tmp_path, *GOOD)
+    result = run_cli("mirror", config, "--check", "--log-level", "warning")
+    assert result.returncode == 0, result.stderr
+    for args in (["--log-level", "LOUD", "mirror", config, "--check"],
+                 ["mirror", config, "--check", "--log-level", "LOUD"]):
+        result = run_cli(*args)
+        assert result.returncode == 2
+        assert ("argument --log-level: invalid level 'LOUD' (choose from DEBUG, INFO, WARNING, "
+                "ERROR)") in result.stderr
+    # The level given after the subcommand is the one used: INFO lines disappear at ERROR.
+    noisy = mm2(tmp_path, *GOOD, "groups = .*", name="noisy.properties")
+    assert "MirrorMaker 2 keys accepted" in run_cli("mirror", noisy, "--check").stderr
+    assert run_cli("mirror", noisy, "--check", "--log-level", "ERROR").stderr == ""
