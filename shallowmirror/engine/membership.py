@@ -29,9 +29,11 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from shallowmirror.engine.config import client_keys
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.net.config import librdkafka_connection
+from shallowmirror.rdkafka_logs import with_log_config
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,34 @@ OnAssigned = Callable[[list[TP], dict[TP, int | None]], Awaitable[None]]
 OnRevoked = Callable[[list[TP], bool], Awaitable[dict[TP, int]]]
 
 _REVOKE_TIMEOUT_S = 60.0
+
+#: Group errors no retry can fix: the mirror stops with the reason instead of retrying forever.
+_FATAL_GROUP_ERRORS = frozenset({
+    KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.INVALID_GROUP_ID, KafkaError.INCONSISTENT_GROUP_PROTOCOL,
+    KafkaError.GROUP_MAX_SIZE_REACHED, KafkaError.FENCED_INSTANCE_ID,
+})
+
+
+class GroupMembershipError(ShallowMirrorError):
+    """The source cluster refused the mirror's consumer group for a reason retrying cannot fix."""
+
+
+def _explain_group_error(err: KafkaError, group_id: str, alias: str,
+                         conf: Mapping[str, Any]) -> str:
+    where = f"consumer group {group_id!r} on source cluster {alias}"
+    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+        return (f"{where} refused session.timeout.ms={conf.get('session.timeout.ms')}: the broker "
+                "only accepts values between its group.min.session.timeout.ms and "
+                "group.max.session.timeout.ms (Kafka's defaults: 6000 and 1800000); set "
+                "session.timeout.ms inside that range")
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return (f"{where}: not authorized to use the group (the source cluster's ACLs must allow "
+                f"READ on group {group_id!r}); broker said: {err.str()}")
+    if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+        return (f"{where}: another member of the group uses an incompatible assignor; give this "
+                f"mirror its own group.id; broker said: {err.str()}")
+    return f"{where}: {err.name()}: {err.str()}"
 
 
 class Membership:
@@ -59,7 +89,7 @@ class Membership:
         self._on_failed = on_failed
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
-        conf = client_keys(source_config)
+        conf: dict[str, Any] = librdkafka_connection(source_config, source_alias)
         conf.update({
             "group.id": group_id,
             "enable.auto.commit": False,
@@ -147,7 +177,7 @@ class Membership:
                     f"the membership thread of group {self.group_id} has ended"))
 
     def _serve(self) -> None:
-        consumer = Consumer(self._conf)
+        consumer = Consumer(with_log_config(self._conf))  # librdkafka lines via logging
         try:
             while True:
                 try:
@@ -161,11 +191,21 @@ class Membership:
                     self._do(consumer, command)
                 msg = consumer.poll(0.05 if self.mode == "group" else 0)
                 if msg is not None and msg.error() is not None:
-                    log.debug("membership consumer: %s", msg.error())
+                    self._check_consumer_error(msg.error())
         except BaseException:
             with contextlib.suppress(Exception):     # leave the group; the error goes on
                 consumer.close()
             raise
+
+    def _check_consumer_error(self, err: KafkaError) -> None:
+        """Errors the group protocol reports through ``poll``: librdkafka retries them all, so one
+        no retry can fix (a session timeout outside the broker's range, no access to the group)
+        would spin silently forever. Those end the thread (-> ``on_failed``); others are logged."""
+        if err.code() not in _FATAL_GROUP_ERRORS:
+            log.debug("membership consumer (group %s): %s", self.group_id, err)
+            return
+        raise GroupMembershipError(_explain_group_error(
+            err, self.group_id, self.source_alias, self._conf))
 
     def _do(self, consumer: Consumer, command: tuple) -> None:
         kind = command[0]

@@ -232,7 +232,7 @@ def _jvm_env(cluster: KafkaCluster) -> dict[str, str]:
 def _format_storage(cluster: KafkaCluster) -> None:
     """``kafka-storage.sh format``: writes meta.properties (and SCRAM users) into the data dir."""
     cmd = [str(cluster.kafka_home / "bin" / "kafka-storage.sh"), "format", "--ignore-formatted",
-           "-t", cluster.cluster_id, "-c", str(cluster.work_dir / "server.properties")]
+           f"--cluster-id={cluster.cluster_id}", "-c", str(cluster.work_dir / "server.properties")]
     for user, password in cluster.sasl_users.items():
         for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             cmd += ["--add-scram", f"{mech}=[name={user},password={password}]"]

@@ -29,10 +29,16 @@ from shallowmirror.mirror.topic_sync import explicit_configs
 from shallowmirror.testing.topics import assert_same_records, read_topic
 from shallowmirror.testing.workload import Workload, load
 
-#: Short group timings: tansu holds JoinGroup for session.timeout.ms / 2.
-FAST = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "500",
-        "metadata.max.age.ms": "1000",
-        "status.interval.seconds": "5"}
+#: Quick discovery and status for tests.
+FAST = {"metadata.max.age.ms": "1000", "status.interval.seconds": "5"}
+
+
+def group_timings(cluster) -> dict[str, str]:
+    """Short group timings the cluster accepts: tansu holds JoinGroup for session.timeout.ms / 2,
+    so it gets 2 s; Apache Kafka refuses less than its group.min.session.timeout.ms (6 s)."""
+    if cluster.flavor == "tansu":
+        return {"session.timeout.ms": "2000", "heartbeat.interval.ms": "500"}
+    return {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 
 
 def mm2_properties(path: Path, source, target, **keys: str) -> Path:
@@ -41,7 +47,8 @@ def mm2_properties(path: Path, source, target, **keys: str) -> Path:
              f"B.bootstrap.servers = {target.bootstrap}"]
     # A group per configuration file: tests share the clusters, not their consumer groups.
     group = {"group.id": f"shallowmirror-test-{uuid.uuid4().hex[:10]}"}
-    lines += [f"{k} = {v}" for k, v in {**FAST, **group, **keys}.items()]
+    lines += [f"{k} = {v}" for k, v in {**FAST, **group_timings(source), **group,
+                                          **keys}.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -255,8 +262,8 @@ def test_legacy_mirrormaker1_flags(source_cluster, target_cluster, tmp_path, uni
     consumer = tmp_path / "consumer.properties"
     consumer.write_text(f"bootstrap.servers={source_cluster.bootstrap}\n"
                         f"group.id=mm1-{uuid.uuid4().hex[:6]}\n"
-                        "session.timeout.ms=2000\nheartbeat.interval.ms=500\n"
-                        "key.deserializer=org.apache.kafka.common.serialization."
+                        + "".join(f"{k}={v}\n" for k, v in group_timings(source_cluster).items())
+                        + "key.deserializer=org.apache.kafka.common.serialization."
                         "ByteArrayDeserializer\n")
     producer = tmp_path / "producer.properties"
     producer.write_text(f"bootstrap.servers={target_cluster.bootstrap}\nacks=all\n")
@@ -392,11 +399,12 @@ def test_missing_config_file_and_legacy_errors(tmp_path):
 
 
 def test_unknown_key_warns_with_the_closest_known_key(tmp_path):
+    # Without --allow-unknown-keys this is an error (tests/unit/test_cli_messages.py).
     path = tmp_path / "mm2.properties"
     path.write_text("clusters = A, B\nA.bootstrap.servers = 127.0.0.1:1\n"
                     "B.bootstrap.servers = 127.0.0.1:2\nA->B.enabled = true\n"
                     "refresh.topic.interval.seconds = 5\n")
-    result = run_cli("mirror", str(path), "--check")
+    result = run_cli("mirror", str(path), "--check", "--allow-unknown-keys")
     assert result.returncode == 0, result.stderr
     assert ("unknown configuration key 'refresh.topic.interval.seconds'; did you mean "
             "'refresh.topics.interval.seconds'?") in result.stderr
@@ -417,11 +425,8 @@ def test_unreachable_cluster_is_retried_with_a_clear_message(tmp_path):
     assert "retrying in" in result.stderr
 
 
-def test_mirror_waits_for_a_cluster_that_comes_up_later(target_cluster, tmp_path, on_tansu,
-                                                       broker_log_dir):
-    if not on_tansu:
-        pytest.skip("starts its own embedded source cluster on a chosen port")
-    from shallowmirror.testing.embedded import free_port, start_cluster
+def test_mirror_waits_for_a_cluster_that_comes_up_later(target_cluster, tmp_path, start_broker):
+    from shallowmirror.testing.embedded import free_port
 
     port = free_port()
     topic = f"late-cluster-{uuid.uuid4().hex[:8]}"
@@ -430,13 +435,13 @@ def test_mirror_waits_for_a_cluster_that_comes_up_later(target_cluster, tmp_path
                       f"B.bootstrap.servers = {target_cluster.bootstrap}\n"
                       f"A->B.enabled = true\nA->B.topics = {topic}\n"
                       "request.timeout.ms = 1000\nrefresh.topics.interval.seconds = 1\n"
-                      + "".join(f"{k} = {v}\n" for k, v in FAST.items()))
+                      + "".join(f"{k} = {v}\n"
+                                for k, v in {**FAST, **group_timings(target_cluster)}.items()))
     mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
-    source = None
     try:
         wait_for(lambda: "cluster A did not answer Metadata" in mirror.log(), 30,
                  "the unreachable-cluster message", mirror)
-        source = start_cluster("late", port=port, log_dir=broker_log_dir)
+        source = start_broker("late", port=port)
         _load(source, topic, records=300, partitions=1)
         wait_for(lambda: _count(target_cluster, f"A.{topic}") == 300, 90,
                  "records from the cluster that came up later", mirror)
@@ -444,8 +449,24 @@ def test_mirror_waits_for_a_cluster_that_comes_up_later(target_cluster, tmp_path
         _same(source, topic, target_cluster, f"A.{topic}")
     finally:
         mirror.stop()
-        if source is not None:
-            source.stop()
+
+
+@pytest.mark.needs_real_kafka("tansu accepts any session timeout")
+def test_a_session_timeout_the_broker_refuses_stops_the_mirror_with_the_range(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    """INVALID_SESSION_TIMEOUT from JoinGroup used to be retried silently for ever."""
+    topic = unique_topic("sto")
+    _load(source_cluster, topic, records=10, partitions=1)
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(**{"A->B.topics": topic}), **{"session.timeout.ms": "2000",
+                                                                 "heartbeat.interval.ms": "500"})
+    result = run_cli("mirror", str(config), "--exit-when-caught-up", "--caught-up-timeout", "60",
+                     timeout_s=90)
+    assert result.returncode != 0, result.stderr[-3000:]
+    assert "session.timeout.ms=2000" in result.stderr
+    assert "group.min.session.timeout.ms" in result.stderr
+    assert "caught up" not in result.stderr.lower().replace("not caught up", "")
+    assert "Traceback" not in result.stderr
 
 
 def test_every_subcommand_has_help():
