@@ -9,6 +9,7 @@ timed out, commit the source positions and return the final ``EngineStats``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -16,23 +17,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shallowmirror.engine.batch import EngineStats
-from shallowmirror.engine.config import client_keys
 from shallowmirror.engine.core import TopicsSpec, topic_predicate
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper
 from shallowmirror.engine.metrics import MetricsSink
+from shallowmirror.net.config import librdkafka_connection
 
 log = logging.getLogger(__name__)
 
 
 def ensure_target_topics(source_config: Mapping[str, Any], target_config: Mapping[str, Any],
                          topics: TopicsSpec, topic_mapper: Callable[[str], str],
-                         timeout_s: float = 30.0) -> list[str]:
+                         timeout_s: float = 30.0, *, source_alias: str = "source",
+                         target_alias: str = "target") -> list[str]:
     """Create every mapped target topic that does not exist yet (source partition count,
     ``compression.type=producer``); return the names created."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    src = AdminClient(client_keys(source_config))
-    dst = AdminClient(client_keys(target_config))
+    src = AdminClient(librdkafka_connection(source_config, source_alias))
+    dst = AdminClient(librdkafka_connection(target_config, target_alias))
     wanted, _names = topic_predicate(topics)
     src_topics = src.list_topics(timeout=timeout_s).topics
     existing = set(dst.list_topics(timeout=timeout_s).topics)
@@ -77,8 +79,9 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
     (``fetch_max_bytes=...`` or ``**{"fetch.max.bytes": ...}``)."""
     engine_settings = {k.replace("_", "."): v for k, v in settings.items()}
     if create_topics:
-        await asyncio.get_running_loop().run_in_executor(
-            None, ensure_target_topics, source_config, target_config, topics, topic_mapper)
+        await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+            ensure_target_topics, source_config, target_config, topics, topic_mapper,
+            source_alias=source_alias, target_alias=target_alias))
     engine = MirrorEngine(source_config, target_config, topics=topics, topic_mapper=topic_mapper,
                           source_alias=source_alias, target_alias=target_alias,
                           settings=engine_settings, metrics_sink=metrics_sink)

@@ -1,8 +1,9 @@
 """The engine's settings: one table, Kafka's key names, validated all at once.
 
 Client keys (``bootstrap.servers``, ``client.id``, ``security.protocol``, ``sasl.*``, ``ssl.*``)
-belong to the source/target *client configs*, not to this table; the engine passes them to the net
-layer and to the membership consumer untouched. This table holds what the engine itself decides.
+belong to the source/target *client configs*, not to this table; every client reads them through
+``shallowmirror.net.config`` (the net layer's ``client_settings``, the membership consumer's and
+admin's ``librdkafka_connection``). This table holds what the engine itself decides.
 """
 
 from __future__ import annotations
@@ -96,10 +97,6 @@ ENGINE_SETTINGS = SettingsTable(
     ],
 )
 
-#: Client keys that configure the connection, passed through to net and the membership consumer.
-CLIENT_PREFIXES = ("bootstrap.servers", "client.id", "security.protocol", "sasl.", "ssl.")
-
-
 def resolve_settings(raw: Mapping[str, Any] | None, *, context: str = "engine") -> dict[str, Any]:
     """Defaults overlaid with ``raw`` (strings or typed values), checked across keys."""
     values = ENGINE_SETTINGS.resolve(dict(raw or {}), context=context)
@@ -125,7 +122,3 @@ def acks_value(values: Mapping[str, Any]) -> int:
     """The Produce request's acks field."""
     return -1 if str(values["acks"]) in ("all", "-1") else int(values["acks"])
 
-
-def client_keys(config: Mapping[str, Any]) -> dict[str, str]:
-    """The connection keys of a Kafka-style client config (what librdkafka also understands)."""
-    return {k: str(v) for k, v in config.items() if k.startswith(CLIENT_PREFIXES)}

@@ -8,6 +8,13 @@ librdkafka's ``sasl.username``/``sasl.password`` and Java's ``sasl.jaas.config``
 JKS). Keys this module does not know are ignored without a warning: the same map also carries
 consumer and producer keys that belong to other layers.
 
+This is the one place a cluster's client settings are read. Every client is built from it: the
+net layer takes ``ClientSettings``; confluent-kafka (librdkafka) clients take
+``librdkafka_connection(config, alias)``, the same validated settings under librdkafka's names
+(``sasl.jaas.config`` becomes ``sasl.username``/``sasl.password``, which librdkafka needs: it
+refuses Java JAAS lines; ``ssl.truststore.location`` becomes ``ssl.ca.location``, and so on), so
+a value the net layer would refuse fails the same way, naming the key, before any client starts.
+
 Out of scope: GSSAPI/Kerberos and OAUTHBEARER (a clear ``ConfigError`` says so).
 """
 
@@ -116,6 +123,13 @@ class ClientSettings:
     reconnect_deadline_ms: int
     metadata_max_age_ms: int
     receive_message_max_bytes: int
+    #: The SSL sources as files/PEM (what librdkafka needs; ``ssl_context`` is built from them).
+    ssl_ca_location: str | None = None
+    ssl_ca_pem: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = None
+    ssl_verify: bool = True
 
     @property
     def uses_ssl(self) -> bool:
@@ -149,9 +163,10 @@ def parse_jaas(jaas: str) -> dict[str, str]:
 
 def client_settings(config: Mapping[str, Any], alias: str) -> ClientSettings:
     """Validate ``config`` for cluster ``alias``; raise ``ConfigError`` listing every problem."""
-    values = CONNECTION_SETTINGS.resolve(
-        {k: v for k, v in config.items() if k in CONNECTION_SETTINGS},
-        context=f"cluster {alias}", warn_unknown=False)
+    raw = {k: v for k, v in config.items() if k in CONNECTION_SETTINGS}
+    if "sasl.mechanisms" in config:              # librdkafka's (older) name of the same key
+        raw.setdefault("sasl.mechanism", config["sasl.mechanisms"])
+    values = CONNECTION_SETTINGS.resolve(raw, context=f"cluster {alias}", warn_unknown=False)
     problems: list[str] = []
     where = f" (cluster {alias})"
 
@@ -214,7 +229,62 @@ def client_settings(config: Mapping[str, Any], alias: str) -> ClientSettings:
         reconnect_deadline_ms=values["reconnect.deadline.ms"],
         metadata_max_age_ms=values["metadata.max.age.ms"],
         receive_message_max_bytes=values["receive.message.max.bytes"],
+        ssl_ca_location=values["ssl.ca.location"] or values["ssl.truststore.location"],
+        ssl_ca_pem=values["ssl.truststore.certificates"],
+        ssl_certificate_location=(values["ssl.certificate.location"]
+                                  or values["ssl.keystore.location"]),
+        ssl_key_location=values["ssl.key.location"] or (
+            values["ssl.keystore.location"] if not values["ssl.certificate.location"] else None),
+        ssl_key_password=values["ssl.key.password"],
+        ssl_verify=bool(values["enable.ssl.certificate.verification"]),
     )
+
+
+#: The keys ``librdkafka_connection`` translates: a librdkafka config built from a user's map
+#: takes these from it, never the user's raw values (which may be Java names or JAAS lines).
+TRANSLATED_KEYS = frozenset({
+    "bootstrap.servers", "client.id", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
+    "sasl.username", "sasl.password", "sasl.jaas.config", "ssl.ca.location",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.certificates",
+    "ssl.certificate.location", "ssl.key.location", "ssl.key.password", "ssl.keystore.location",
+    "ssl.keystore.type", "ssl.endpoint.identification.algorithm",
+    "enable.ssl.certificate.verification", "reconnect.deadline.ms",
+})
+
+
+def librdkafka_connection(config: Mapping[str, Any], alias: str) -> dict[str, str]:
+    """The connection keys of ``config`` for a confluent-kafka client, under librdkafka's names.
+
+    Validated by ``client_settings`` (a ``ConfigError`` names every bad key); only the keys
+    in ``TRANSLATED_KEYS`` are produced: role keys (``group.id``, ``linger.ms`` ...) are the
+    caller's."""
+    return librdkafka_from(client_settings(config, alias))
+
+
+def librdkafka_from(settings: ClientSettings) -> dict[str, str]:
+    """``ClientSettings`` under librdkafka's names (see ``librdkafka_connection``)."""
+    conf = {
+        "bootstrap.servers": ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
+                                      for h, p in settings.bootstrap_servers),
+        "client.id": settings.client_id,
+        "security.protocol": settings.security_protocol,
+    }
+    if settings.uses_sasl:
+        assert settings.sasl_mechanism and settings.sasl_username is not None
+        conf["sasl.mechanism"] = settings.sasl_mechanism
+        conf["sasl.username"] = settings.sasl_username
+        conf["sasl.password"] = settings.sasl_password or ""
+    if settings.uses_ssl:
+        optional = {"ssl.ca.location": settings.ssl_ca_location,
+                    "ssl.ca.pem": settings.ssl_ca_pem,
+                    "ssl.certificate.location": settings.ssl_certificate_location,
+                    "ssl.key.location": settings.ssl_key_location,
+                    "ssl.key.password": settings.ssl_key_password}
+        conf.update({k: v for k, v in optional.items() if v})
+        conf["enable.ssl.certificate.verification"] = "true" if settings.ssl_verify else "false"
+        conf["ssl.endpoint.identification.algorithm"] = (
+            "https" if settings.ssl_check_hostname else "none")
+    return conf
 
 
 def _ssl_context(values: Mapping[str, Any], where: str,

@@ -188,8 +188,10 @@ def test_librdkafka_configs_drop_java_only_keys():
     built = build_client(dict, {"bootstrap.servers": "a:1", "key.deserializer": "x.Y",
                                 "partition.assignment.strategy": "roundrobin",
                                 "reconnect.deadline.ms": "5000"}, what="t")
-    assert without_logging(built) == {"bootstrap.servers": "a:1",
+    connection = {"bootstrap.servers": "a:1", "client.id": "shallowmirror",
+                  "security.protocol": "PLAINTEXT"}      # net.config.librdkafka_connection
+    assert without_logging(built) == {**connection,
                                       "partition.assignment.strategy": "roundrobin"}
-    built = build_client(dict, {"partition.assignment.strategy":
+    built = build_client(dict, {"bootstrap.servers": "a:1", "partition.assignment.strategy":
                                 "org.apache.kafka.clients.consumer.RangeAssignor"}, what="t")
-    assert without_logging(built) == {}
+    assert without_logging(built) == connection
