@@ -153,7 +153,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    message = f"BROKER PROCESSES LEFT RUNNING AFTER THE SESSION (now killed): pids {leftovers}"
+    message = (f"BROKER OR SPARK PROCESSES LEFT RUNNING AFTER THE SESSION (now killed): "
+               f"pids {leftovers}")
     if reporter is not None:
         reporter.write_line(message, red=True, bold=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -167,10 +168,13 @@ def _alive(pid: int) -> bool:
 
 
 def _is_broker(process: psutil.Process) -> bool:
-    """A tansu broker or a Kafka broker JVM (``kafka.Kafka`` main class), not a zombie."""
+    """A tansu broker, a Kafka broker JVM (``kafka.Kafka``) or Spark's gateway JVM
+    (``SparkSubmit``, started by the report tests), not a zombie."""
     try:
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        return process.name() == "tansu" or "kafka.Kafka" in process.cmdline()
+        cmdline = process.cmdline()
+        return (process.name() == "tansu" or "kafka.Kafka" in cmdline
+                or "org.apache.spark.deploy.SparkSubmit" in cmdline)
     except psutil.Error:
         return False

@@ -166,7 +166,7 @@ def run_report(
     files = find_inputs(inputs)
     own_session = spark is None
     if spark is None:
-        from shallowmirror.reports.spark import spark_session
+        from shallowmirror.reports.spark import spark_session, stop_session
 
         spark = spark_session(master)
     try:
@@ -174,5 +174,5 @@ def run_report(
         data = compute(spark, files, window_s)
     finally:
         if own_session:
-            spark.stop()
+            stop_session(spark)  # and its JVM, before the CLI returns
     return write_report(data, Path(out_dir))

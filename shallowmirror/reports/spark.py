@@ -10,6 +10,7 @@ Out of scope: installing Java, and configuring a cluster (pass its master URL).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -136,7 +137,7 @@ def spark_session(
     """A SparkSession for the report jobs: quiet, no UI, few shuffle partitions (inputs are small).
 
     Checks Java first. ``master`` is any Spark master URL (``local[*]``, ``spark://host:7077``,
-    ``yarn``...). Stop it with ``session.stop()`` when done.
+    ``yarn``...). Stop it with ``stop_session(session)`` when done.
     """
     check_java()
     try:
@@ -177,3 +178,28 @@ def spark_session(
         raise ShallowMirrorError(f"could not start Spark (master {master}): {err}") from err
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def stop_session(session: SparkSession, timeout_s: float = 30.0) -> None:
+    """Stop the session *and* its JVM: ``session.stop()`` alone leaves py4j's gateway JVM
+    (``SparkSubmit``) running until this interpreter exits, so a caller that returns right
+    after (``make test``, the report CLI) would leave a Java process behind for seconds."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)  # the Popen of the JVM this interpreter launched
+    session.stop()
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    if proc is None:
+        return
+    with contextlib.suppress(Exception):
+        proc.stdin.close()  # the gateway JVM exits when its stdin closes
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout_s)

@@ -15,7 +15,12 @@ DATA = Path(__file__).parent / "data"
 def spark() -> Iterator[object]:
     """A local[2] session; skips (with the reason) when Java is missing, fails under CI=true."""
     pytest.importorskip("pyspark")
-    from shallowmirror.reports.spark import JavaMissingError, check_java, spark_session
+    from shallowmirror.reports.spark import (
+        JavaMissingError,
+        check_java,
+        spark_session,
+        stop_session,
+    )
 
     try:
         check_java()
@@ -28,7 +33,7 @@ def spark() -> Iterator[object]:
     session = spark_session(master="local[2]", app_name="shallowmirror-tests",
                             shuffle_partitions=1)
     yield session
-    session.stop()
+    stop_session(session)  # and its JVM: nothing of Spark may outlive `make test`
 
 
 @pytest.fixture(scope="session")
