@@ -73,6 +73,11 @@ class UnsupportedFormatError(LocatedError):
     """Valid Kafka data this path cannot carry (e.g. legacy magic 0/1 without the deep path)."""
 
 
+class DecompressionLimitError(UnsupportedFormatError):
+    """A batch the deep path would have to decompress beyond its configured limit (a
+    decompression bomb, or data more compressible than ``deep.max.decompression.ratio``)."""
+
+
 class ConfigError(ShallowMirrorError):
     """Invalid configuration; lists every problem at once."""
 

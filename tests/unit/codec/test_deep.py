@@ -184,7 +184,7 @@ def test_deep_errors_are_codec_errors():
     assert info.value.where.offset == 8
     from tests.unit.codec.batches import recrc
 
-    with pytest.raises(CorruptDataError, match="cannot decode"):
+    with pytest.raises(CorruptDataError, match="gzip payload does not decompress"):
         deep.decode_records(recrc(bad))
     with pytest.raises(UnsupportedFormatError):
         deep.trim_batch(control_batch(1, 0, 0, abort=True), 0)

@@ -1,0 +1,175 @@
+"""The records inside a v2 RecordBatch, walked and re-encoded as bytes (deep path).
+
+Record layout (Kafka's ``DefaultRecord``), one after another in the (decompressed) payload::
+
+    length          varint     bytes after this field
+    attributes      int8       unused, kept as is
+    timestampDelta  varlong    timestamp = baseTimestamp + delta
+    offsetDelta     varint     offset = baseOffset + delta
+    keyLength       varint     -1 for a null key
+    key             bytes
+    valueLength     varint     -1 for a null value
+    value           bytes
+    headerCount     varint
+    headers         [keyLength varint (>= 0), key, valueLength varint (-1: null), value]...
+
+Varints are zigzag-encoded (varint: 5 bytes at most, varlong: 10).
+
+``iter_raw`` checks every length against the bytes left (so no field, count or loop can run past
+the payload, whatever the header's recordCount claims), that offset deltas rise within
+``lastOffsetDelta`` and that timestamps fit int64, and yields each record as its deltas plus a
+view of its key/value/headers bytes: a trim or repack copies those bytes into the new batch
+without making a Python object per field, so memory stays proportional to the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from shallowmirror.errors import CorruptDataError
+
+__all__ = ["RawRecord", "iter_raw", "decode_body", "encode_record", "encode_body"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: length(1) + attributes(1) + timestampDelta(1) + offsetDelta(1) + key(1) + value(1) + headers(1)
+MIN_RECORD_BYTES = 7
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One record: its deltas and attributes, and its key/value/headers bytes as on the wire."""
+
+    index: int
+    attributes: int
+    timestamp_delta: int
+    offset_delta: int
+    body: memoryview
+
+
+def _varint(data, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+    """Zigzag varint at ``pos``: (value, next position); never reads at or past ``end``."""
+    raw = 0
+    for i in range(max_bytes):
+        if pos + i >= end:
+            raise CorruptDataError(f"{what}: truncated varint")
+        byte = data[pos + i]
+        raw |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            bits = 64 if max_bytes == 10 else 32
+            if raw >> bits:
+                raise CorruptDataError(f"{what}: varint does not fit in {bits} bits")
+            return (raw >> 1) ^ -(raw & 1), pos + i + 1
+    raise CorruptDataError(f"{what}: varint longer than {max_bytes} bytes")
+
+
+def _skip_bytes(data, pos: int, end: int, what: str, nullable: bool) -> int:
+    length, pos = _varint(data, pos, end, 5, what)
+    if length < (-1 if nullable else 0) or length > end - pos:
+        raise CorruptDataError(f"{what} length {length} does not fit the {end - pos} bytes left")
+    return pos + max(length, 0)
+
+
+def _walk_body(data, pos: int, end: int, index: int) -> int:
+    """Check key, value and headers of record ``index``; return where they end."""
+    pos = _skip_bytes(data, pos, end, f"record {index} key", True)
+    pos = _skip_bytes(data, pos, end, f"record {index} value", True)
+    count, pos = _varint(data, pos, end, 5, f"record {index} header count")
+    if count < 0 or count > (end - pos) // 2:           # a header takes 2 bytes at least
+        raise CorruptDataError(f"record {index} header count {count} does not fit the "
+                               f"{end - pos} bytes left")
+    for _ in range(count):
+        pos = _skip_bytes(data, pos, end, f"record {index} header key", False)
+        pos = _skip_bytes(data, pos, end, f"record {index} header value", True)
+    return pos
+
+
+def iter_raw(data: bytes, *, record_count: int, last_offset_delta: int,
+             base_timestamp: int) -> Iterator[RawRecord]:
+    """Every record of an uncompressed v2 payload, checked (see the module docstring)."""
+    view = memoryview(data)
+    end = len(data)
+    if record_count > end // MIN_RECORD_BYTES:
+        raise CorruptDataError(f"record count {record_count} cannot fit in {end} bytes of "
+                               f"records ({MIN_RECORD_BYTES} bytes each at least)")
+    pos = 0
+    previous_delta = -1
+    for index in range(record_count):
+        length, pos = _varint(data, pos, end, 5, f"record {index} length")
+        if length < MIN_RECORD_BYTES - 1 or length > end - pos:
+            raise CorruptDataError(f"record {index} length {length} does not fit the "
+                                   f"{end - pos} bytes left")
+        record_end = pos + length
+        attributes = data[pos]
+        timestamp_delta, pos = _varint(data, pos + 1, record_end, 10,
+                                       f"record {index} timestamp delta")
+        offset_delta, pos = _varint(data, pos, record_end, 5, f"record {index} offset delta")
+        if not previous_delta < offset_delta <= last_offset_delta:
+            raise CorruptDataError(f"record {index} offset delta {offset_delta} is not between "
+                                   f"{previous_delta + 1} and the last offset delta "
+                                   f"{last_offset_delta}")
+        if not _INT64_MIN <= base_timestamp + timestamp_delta <= _INT64_MAX:
+            raise CorruptDataError(f"record {index} timestamp {base_timestamp} + "
+                                   f"{timestamp_delta} does not fit int64")
+        body_start = pos
+        if _walk_body(data, pos, record_end, index) != record_end:
+            raise CorruptDataError(f"record {index} fields end before its length {length}")
+        previous_delta = offset_delta
+        yield RawRecord(index, attributes, timestamp_delta, offset_delta,
+                        view[body_start:record_end])
+        pos = record_end
+    if pos != end:
+        raise CorruptDataError(f"{end - pos} bytes after the last of {record_count} records")
+
+
+def decode_body(body) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """(key, value, headers) of a checked record body; header keys decoded as UTF-8."""
+    end = len(body)
+    key, pos = _read_bytes(body, 0, end)
+    value, pos = _read_bytes(body, pos, end)
+    count, pos = _varint(body, pos, end, 5, "header count")
+    headers = []
+    for _ in range(count):
+        name, pos = _read_bytes(body, pos, end)
+        header_value, pos = _read_bytes(body, pos, end)
+        try:
+            headers.append((bytes(name).decode("utf-8"), header_value))
+        except UnicodeDecodeError as err:
+            raise CorruptDataError(f"header key is not UTF-8: {err}") from err
+    return key, value, headers
+
+
+def _read_bytes(body, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _varint(body, pos, end, 5, "length")
+    if length < 0:
+        return None, pos
+    return bytes(body[pos:pos + length]), pos + length
+
+
+def zigzag(value: int) -> bytes:
+    """A zigzag varint/varlong (the caller keeps ``value`` within int64)."""
+    raw = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while raw > 0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def encode_body(key: bytes | None, value: bytes | None) -> bytes:
+    """Key, value and no headers, as a record body."""
+    out = bytearray()
+    for field in (key, value):
+        if field is None:
+            out += zigzag(-1)
+        else:
+            out += zigzag(len(field)) + field
+    out += zigzag(0)
+    return bytes(out)
+
+
+def encode_record(attributes: int, timestamp_delta: int, offset_delta: int, body) -> bytes:
+    """One record with the given deltas around an existing body."""
+    inner = bytes([attributes & 0xFF]) + zigzag(timestamp_delta) + zigzag(offset_delta)
+    return zigzag(len(inner) + len(body)) + inner + bytes(body)
