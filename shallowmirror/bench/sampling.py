@@ -6,6 +6,11 @@ Method (the harness reports what it can see, and says so):
   exited. ``children_*`` times are not added: they would count reaped descendants twice. A
   descendant that lives less than one interval is missed; when the root has been reaped with
   ``wait4`` the kernel's rusage (root + reaped descendants) is exact and the larger value wins.
+- Resolution: the kernel reports a process's user/system times in clock ticks (10 ms), too
+  coarse for a short window (a mirror that moves a few thousand records on a fast broker spends
+  less than a tick). Each thread's run time from ``/proc/PID/task/TID/schedstat`` is exact to the
+  nanosecond; a process's CPU is the larger of the two sums, split into user and system in the
+  ratio of its ticks (all user while it has none). A thread that exits keeps its last reading.
 - RSS of the tree = the sum of the resident set sizes of the processes alive at a sample; the peak
   is the largest such sum (shared pages of forked children are counted once per process).
 """
@@ -33,6 +38,33 @@ class TreeSample:
 class _Seen:
     user: float = 0.0
     system: float = 0.0
+    run_ns: dict[int, int] = field(default_factory=dict)  # thread id -> schedstat run time
+
+    def cpu(self) -> tuple[float, float]:
+        """(user, system) seconds: tick counts, raised to the exact thread run time when larger."""
+        ticks = self.user + self.system
+        exact = sum(self.run_ns.values()) / 1e9
+        if exact <= ticks:
+            return self.user, self.system
+        if ticks <= 0:
+            return exact, 0.0
+        return self.user * exact / ticks, self.system * exact / ticks
+
+
+def _thread_run_ns(pid: int) -> dict[int, int]:
+    """Thread id -> nanoseconds on a CPU (first field of its schedstat); {} where unavailable."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 @dataclass
@@ -96,12 +128,12 @@ class ProcessTreeSampler:
                     continue  # exited between listing and reading: its last sample stands
                 seen = self._seen.setdefault(key, _Seen())
                 seen.user, seen.system = times.user, times.system
+                seen.run_ns.update(_thread_run_ns(proc.pid))
                 rss += mem
                 alive += 1
             if not alive:
                 return None
-            user = sum(s.user for s in self._seen.values())
-            system = sum(s.system for s in self._seen.values())
+            user, system = self._total()
             sample = TreeSample(time.time(), user, system, rss, alive)
             self.samples.append(sample)
             self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
@@ -110,8 +142,11 @@ class ProcessTreeSampler:
     def cpu(self) -> tuple[float, float]:
         """(user, system) seconds of the tree as of the latest sample."""
         with self._lock:
-            return (sum(s.user for s in self._seen.values()),
-                    sum(s.system for s in self._seen.values()))
+            return self._total()
+
+    def _total(self) -> tuple[float, float]:
+        times = [seen.cpu() for seen in self._seen.values()]
+        return sum(t[0] for t in times), sum(t[1] for t in times)
 
 
 def wait_rusage(pid: int, timeout_s: float | None = None) -> tuple[int, float, float, int] | None:

@@ -72,3 +72,27 @@ def test_wait_rusage_times_out_without_reaping():
         proc.stdin.close()
     code, *_ = wait_rusage(proc.pid, timeout_s=30)
     assert code == 0
+
+
+def test_cpu_below_one_clock_tick_is_measured():
+    # A window in which the process burns ~3 ms: ticks (10 ms) would mostly read 0.
+    burn = ("import sys, time\nprint('up', flush=True)\nsys.stdin.readline()\n"
+            "t = time.process_time()\n"
+            "while time.process_time() - t < 0.003: pass\nprint('done', flush=True)\n"
+            "sys.stdin.readline()\n")
+    proc = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"  # start-up done: only the burn is in the window
+        sampler = ProcessTreeSampler(proc.pid)
+        sampler.sample()
+        before = sum(sampler.cpu())
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "done\n"
+        sampler.sample()
+        spent = sum(sampler.cpu()) - before
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    assert 0.002 <= spent < 0.05
