@@ -75,6 +75,15 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("legacy.format", "str", "fail",
                 "Magic 0/1 source entries: convert (deep conversion to a v2 batch) or fail "
                 "(stop the partition with a clear error).", choices=("convert", "fail")),
+        Setting("deep.max.decompression.ratio", "int", 64,
+                "A batch rebuilt on the deep path (mid-batch first fetch, compaction gaps, "
+                "legacy conversion) may decompress to at most this many times its size on the "
+                "wire (never less than 1 MiB); beyond, its partition stops with an error naming "
+                "the batch: a decompression bomb cannot exhaust the mirror's memory.",
+                minimum=1),
+        Setting("deep.max.decompressed.bytes", "int", 256 * _MIB,
+                "Upper bound of what one batch may decompress to on the deep path, whatever "
+                "deep.max.decompression.ratio allows.", minimum=_MIB),
         Setting("log.append.time", "str", "clear",
                 "Batches with the LogAppendTime bit (from LogAppendTime source topics): clear "
                 "the bit, so records carry the create times their producers set (what a Kafka "

@@ -79,6 +79,10 @@ class Source:
         self.warned_transactional: set = set()
         self.verify_crc = settings["crc.check"]
         self.legacy_convert = settings["legacy.format"] == "convert"
+        #: How far a batch rebuilt on the deep path may decompress (decompression bombs).
+        self.deep_limit = deep.DecompressionLimit(
+            ratio=settings["deep.max.decompression.ratio"],
+            max_bytes=settings["deep.max.decompressed.bytes"])
 
     def _maybe_warn_transactional(self, sp: SourcePartition, batches: list) -> None:
         """Say once per partition that transactional data is forwarded whatever its outcome.
@@ -169,6 +173,8 @@ class Source:
             raise BrokerError(response.error_code, Where(cluster=self.core.source_alias),
                               "in a Fetch response")
         lease = FrameLease(self.budget, len(frame))
+        # KIP-74: the first partition of a full-size fetch gets its first batch whole.
+        must_progress = ready[0] if max_bytes is None or max_bytes >= self.max_bytes else None
         try:
             for topic in response.topics:
                 for part in topic.partitions:
@@ -176,11 +182,14 @@ class Source:
                     sp = self.partitions.get(tp)
                     if sp is None or tp not in asked or sp.fetch_position != asked[tp]:
                         continue        # revoked or moved while the fetch was out
-                    self._handle_partition(sp, part, lease)
+                    self._handle_partition(sp, part, lease, must_progress=tp == must_progress)
         finally:
             lease.drop()
 
-    def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease) -> None:
+    def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease, *,
+                          must_progress: bool = False) -> None:
+        """``must_progress``: the broker had to return this partition's first batch whole, so
+        bytes without one complete batch are a corrupt or oversized batch, not a short read."""
         if part.error_code:
             info = broker_error_info(part.error_code)
             if part.error_code == OFFSET_OUT_OF_RANGE:
@@ -219,6 +228,8 @@ class Source:
             if not split.batches:
                 if fault is not None:
                     raise fault
+                if must_progress:
+                    raise self._no_progress(records, where)
                 return
             aborted = (list(part.aborted_transactions or []) if self.read_committed else None)
             kept = codec.filter_batches(split.batches, fetch_offset=position,
@@ -250,6 +261,17 @@ class Source:
                                                   topic=sp.topic, partition=sp.partition),
                                      abandon_pending=False)
 
+    def _no_progress(self, records: Any, where: Where) -> CorruptDataError:
+        """What the Java consumer reports as "Failed to make progress": fetching the same
+        offset again would return the same bytes forever."""
+        claimed = (f"claims {int.from_bytes(records[8:12], 'big', signed=True) + 12} bytes"
+                   if len(records) >= 12 else "has no readable length")
+        return CorruptDataError(
+            f"no complete batch in the {len(records)} bytes fetched: the first batch {claimed} "
+            f"(its batchLength is outside the CRC); corrupt, or larger than the broker returns "
+            f"(fetch.max.bytes={self.max_bytes}, max.partition.fetch.bytes="
+            f"{self.partition_max_bytes})", Where(**{**vars(where), "position": 0}))
+
     def _prepare(self, sp: SourcePartition, kept: list, lease: FrameLease,
                  where: Where) -> list[FetchedBatch]:
         """Batch views ready to forward; the rare ones rebuilt through the deep path."""
@@ -266,7 +288,7 @@ class Source:
                               partition=sp.partition, offset=view.base_offset))
                 if view.next_offset <= position:
                     continue
-                for data in deep.convert_legacy([view]):
+                for data in deep.convert_legacy([view], limit=self.deep_limit):
                     out.extend(self._rebuilt(sp, data, position, "legacy", hw))
                 continue
             if view.record_count == 0:
@@ -274,12 +296,16 @@ class Source:
             needs_trim = view.base_offset < position
             needs_repack = view.record_count != view.last_offset_delta + 1
             if needs_trim or needs_repack:
-                data = deep.trim_batch(view, position) if needs_trim else bytes(view.buffer)
+                try:
+                    data = (deep.trim_batch(view, position, limit=self.deep_limit)
+                            if needs_trim else bytes(view.buffer))
+                except ValueError:
+                    continue        # compaction left no record at or past the position: a gap
                 if view.record_count != view.last_offset_delta + 1 or needs_repack:
                     sub = codec.split_batches(data, verify_crc=False)
                     if sub.batches and (sub.batches[0].record_count
                                         != sub.batches[0].last_offset_delta + 1):
-                        data = deep.repack_batch(sub.batches[0])
+                        data = deep.repack_batch(sub.batches[0], limit=self.deep_limit)
                 out.extend(self._rebuilt(sp, data, position,
                                          "trim" if needs_trim else "repack", hw,
                                          next_offset=view.next_offset))
