@@ -99,7 +99,7 @@ async def run(args: argparse.Namespace) -> dict:
                            settings=settings)
     core.target = Cluster(core.target_config, core.target_alias)
     await core.target.start()
-    await core.identity.init()
+    await core.sinks.start(core.target)
     target_topic = args.target_topic or args.topic
     await core.target.refresh_metadata([target_topic])
     batches = [FetchedBatch(args.topic, p, v, lease=None, source_base=v.base_offset,
@@ -125,9 +125,7 @@ async def run(args: argparse.Namespace) -> dict:
     if core.failure is not None:
         raise core.failure
     requests = sum(s.requests_sent for s in core.sinks.values())
-    core.sinks_stopped = True
-    for sink in core.sinks.values():
-        sink.wake.set()
+    core.sinks.stop()
     await core.supervisor.cancel_all()
     await core.target.close()
     return {"wall_s": wall, "bytes": total, "acked_bytes": core.acked_bytes,

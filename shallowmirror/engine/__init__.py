@@ -8,11 +8,11 @@ byte-for-byte, to a target cluster; track offsets, share partitions, report metr
 from .api import ensure_target_topics, mirror, mirror_async
 from .batch import EngineStats, FetchedBatch, PartitionStats
 from .config import ENGINE_SETTINGS
-from .core import MessageTooLargeError
 from .engine import MirrorEngine, identity_mapper, prefix_mapper
 from .forwarder import BatchForwarder, SyncBatchForwarder
 from .metrics import JsonLinesMetricsSink, ListMetricsSink, MetricsSink, NullMetricsSink
 from .offsets import MapRow, OffsetMap
+from .sink import MessageTooLargeError
 
 __all__ = [
     "ENGINE_SETTINGS", "BatchForwarder", "EngineStats", "FetchedBatch", "JsonLinesMetricsSink",

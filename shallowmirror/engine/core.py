@@ -28,13 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest
-from kafka.protocol.producer import InitProducerIdRequest
 
-from shallowmirror import codec
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
-from shallowmirror.engine.budget import ByteBudget
-from shallowmirror.engine.config import acks_value, resolve_settings
+from shallowmirror.engine.config import resolve_settings
 from shallowmirror.engine.membership import Membership
 from shallowmirror.engine.metrics import (
     FlowRecorder,
@@ -45,10 +42,10 @@ from shallowmirror.engine.metrics import (
     process_record,
 )
 from shallowmirror.engine.offsets import OffsetMap
-from shallowmirror.engine.producer_identity import ProducerIdentity
-from shallowmirror.engine.sink import Sink
+from shallowmirror.engine.runtime import Runtime
+from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Source
-from shallowmirror.engine.supervisor import Supervisor, partitions_text, where_of
+from shallowmirror.engine.supervisor import partitions_text, where_of
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -62,10 +59,6 @@ from shallowmirror.net import Cluster
 log = logging.getLogger(__name__)
 
 TopicsSpec = Sequence[str] | str | Callable[[str], bool]
-
-
-class MessageTooLargeError(LocatedError):
-    """A source batch larger than what the target accepts."""
 
 
 def topic_predicate(topics: TopicsSpec) -> tuple[Callable[[str], bool], list[str] | None]:
@@ -93,31 +86,22 @@ class EngineCore:
         self.source_alias, self.target_alias = source_alias, target_alias
         self.flow = flow or f"{source_alias}->{target_alias}"
         self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
-        self.acks = acks_value(self.settings)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._discovery_wake: asyncio.Event | None = None
         self._fatal_event: asyncio.Event | None = None
         self.set_topics(topics)
-        self.budget = ByteBudget(self.settings["buffer.memory"])
-        self.identity = ProducerIdentity(idempotent=self.settings["enable.idempotence"],
-                                         init_call=self._init_producer_id,
-                                         fixed_producer_id=self.settings["producer.id"])
+        self.runtime = Runtime(self.settings, fail=self.fail)
+        self.supervisor = self.runtime.supervisor
+        self.budget = self.runtime.budget
+        self.sinks = Sinks(self.runtime, self, alias=target_alias, source_alias=source_alias)
+        self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
         self.offset_maps: dict[TP, OffsetMap] = {}
         self.sources: dict[int, Source] = {}
-        self.sinks: dict[int, Sink] = {}
-        self.stopping = False
-        self.sinks_stopped = False
-        self.identity_resetting = False
         self.duplicates_unknown_offset = 0
-        self._enqueue_no = 0
-        self._clear_lat = self.settings["log.append.time"] == "clear"
         self._fatal: BaseException | None = None
-        self.supervisor = Supervisor(self.fail, self.backoff)
         self._stop_event: asyncio.Event | None = None
         self._moving_source: set[TP] = set()
-        self._moving_target: set[tuple[str, int]] = set()
-        self._unreachable_logged: dict[str, float] = {}
         self.run_id = new_run_id()
         if metrics_sink is None and self.settings["metrics.file"]:
             metrics_sink = JsonLinesMetricsSink(self.settings["metrics.file"])
@@ -158,16 +142,11 @@ class EngineCore:
                 loop.call_soon_threadsafe(event.set)
 
     def backoff(self) -> Backoff:
-        return Backoff(self.settings["retry.backoff.ms"], self.settings["retry.backoff.max.ms"])
+        return self.runtime.backoff()
 
-    def backoff_s(self, attempts: int) -> float:
-        b = self.backoff()
-        b.attempts = max(0, attempts - 1)
-        return b.next_s()
-
-    def next_enqueue_no(self) -> int:
-        self._enqueue_no += 1
-        return self._enqueue_no
+    @property
+    def stopping(self) -> bool:
+        return self.runtime.stopping
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -183,7 +162,7 @@ class EngineCore:
         try:
             await self.source.start()
             await self.target.start()
-            await self.identity.init()
+            await self.sinks.start(self.target)
             self.membership = Membership(
                 self.source_config, group_id=self.group_id,
                 mode=self.settings["partition.assignment"],
@@ -226,16 +205,14 @@ class EngineCore:
             self._wake_soon(self._fatal_event)
 
     async def _shutdown(self) -> None:
-        self.stopping = True
+        self.runtime.stopping = True
         for source in self.sources.values():
             source.wake.set()
         deadline = time.monotonic() + self.settings["request.timeout.ms"] / 1000
-        while (any(s.pending_batches() for s in self.sinks.values())
-               and time.monotonic() < deadline and self._fatal is None):
+        while (self.sinks.pending_batches() and time.monotonic() < deadline
+               and self._fatal is None):
             await asyncio.sleep(0.02)
-        self.sinks_stopped = True
-        for sink in self.sinks.values():
-            sink.wake.set()
+        self.sinks.stop()
         await self.supervisor.cancel_all()
         final = {tp: sp.offsets.committed for tp, sp in self.partitions.items()}
         if self.membership is not None:
@@ -263,36 +240,8 @@ class EngineCore:
         assert self.source is not None
         return await self.source.connection(node_id)
 
-    async def target_connection(self, node_id: int):
-        assert self.target is not None
-        return await self.target.connection(node_id)
-
     def note_unreachable(self, alias: str, err: BaseException) -> None:
-        now = time.monotonic()
-        if now - self._unreachable_logged.get(alias, 0) > 10:
-            self._unreachable_logged[alias] = now
-            log.warning("cluster %s unreachable or connection lost (%s); retrying with backoff",
-                        alias, err)
-        from shallowmirror.net import AuthenticationFailedError
-        if isinstance(err, AuthenticationFailedError):
-            self.fail(err)
-
-    async def _init_producer_id(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
-        assert self.target is not None
-        backoff = self.backoff()
-        while True:
-            conn = await self.target.any_connection()
-            version = conn.api_version(InitProducerIdRequest.API_KEY, (3, 5))
-            req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
-                                        producer_id=-1, producer_epoch=-1, version=version)
-            resp = await conn.request(req)
-            if resp.error_code == 0:
-                return resp.producer_id, resp.producer_epoch
-            err = BrokerError(resp.error_code, Where(cluster=self.target_alias),
-                              "in InitProducerId")
-            if not err.retriable:
-                raise err
-            await asyncio.sleep(backoff.next_s())
+        self.runtime.note_unreachable(alias, err)
 
     async def maybe_refresh_source_metadata(self, force: bool = False) -> None:
         assert self.source is not None
@@ -371,7 +320,7 @@ class EngineCore:
         deadline = time.monotonic() + (self.settings["request.timeout.ms"] / 1000 if commit
                                        else 0)
         while (any(sp.offsets.pending for sp in owned) and time.monotonic() < deadline
-               and not self.sinks_stopped):
+               and not self.sinks.stopped):
             await asyncio.sleep(0.02)
         result = {}
         for sp in owned:
@@ -509,63 +458,8 @@ class EngineCore:
         raise NotImplementedError
 
     def route(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
-        """Queue ``batch`` for ``target_topic``/``target_partition`` on the leader's sink."""
-        assert self.target is not None
-        batch.target_topic, batch.target_partition = target_topic, target_partition
-        leader = self.target.leader(target_topic, target_partition)
-        if leader is None:
-            self.supervisor.spawn(self._route_later(batch), what="target leader lookup",
-                                  where=Where(cluster=self.target_alias, topic=target_topic,
-                                              partition=target_partition))
-            return
-        self._sink(leader).enqueue(batch)
-
-    def _sink(self, node_id: int) -> Sink:
-        sink = self.sinks.get(node_id)
-        if sink is None:
-            sink = self.sinks[node_id] = Sink(self, node_id)
-            self.supervisor.spawn_loop(
-                sink.run, what=lambda: (f"produce loop of target broker {node_id} (partitions "
-                                        f"{partitions_text(sink.partitions)})"),
-                where=lambda: where_of(self.target_alias, sink.partitions))
-        return sink
-
-    async def _route_later(self, batch: FetchedBatch) -> None:
-        assert self.target is not None
-        ttp = (batch.target_topic, batch.target_partition)
-        backoff = self.backoff()
-        for _attempt in range(20):
-            with contextlib.suppress(ConnectionFailedError):
-                await self.target.refresh_metadata([ttp[0]])
-            parts = self.target.partitions(ttp[0])
-            if parts is not None and ttp[1] not in parts:
-                break
-            leader = self.target.leader(*ttp)
-            if leader is not None:
-                self._sink(leader).enqueue(batch)
-                return
-            await asyncio.sleep(backoff.next_s())
-        parts = self.target.partitions(ttp[0])
-        what = (f"topic {ttp[0]} does not exist" if parts is None else
-                f"topic {ttp[0]} has {len(parts)} partitions, no partition {ttp[1]}")
-        self.batch_failed(batch, LocatedError(
-            f"cannot forward to cluster {self.target_alias}: {what}; create it with at least as "
-            f"many partitions as source topic {batch.topic} and compression.type=producer",
-            Where(cluster=self.target_alias, topic=ttp[0], partition=ttp[1])))
-
-    # ------------------------------------------------------------------ sink events
-    def stamp(self, batch: FetchedBatch) -> None:
-        """Stamp the producer identity into the batch header (once per identity generation)."""
-        if batch.stamp is not None and batch.stamp.generation == self.identity.generation:
-            return
-        assert batch.target_topic is not None and batch.target_partition is not None
-        stamp = self.identity.stamp(batch.target_topic, batch.target_partition,
-                                    batch.record_count)
-        batch.header, batch.rest = codec.rewrite_for_produce(
-            batch.view, producer_id=stamp.producer_id, producer_epoch=stamp.producer_epoch,
-            base_sequence=stamp.base_sequence, transactional=False,
-            clear_log_append_time=self._clear_lat)
-        batch.stamp = stamp
+        """Queue ``batch`` for ``target_topic``/``target_partition`` on the target."""
+        self.sinks.forward(batch, target_topic, target_partition)
 
     def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))
@@ -605,72 +499,6 @@ class EngineCore:
                 err = err.at(offset=batch.source_base)
             self.stop_partition(sp, err)
         batch._finish(None, err)
-
-    def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
-        self.batch_failed(batch, MessageTooLargeError(
-            f"source batch of {batch.size} bytes (source {self.source_alias} "
-            f"{batch.topic}-{batch.partition} offset {batch.source_base}) does not fit "
-            f"max.request.size={limit} for target {self.target_alias}: raise max.request.size "
-            f"and the target topic's max.message.bytes (broker message.max.bytes) above "
-            f"{batch.size}", Where(cluster=self.target_alias, topic=batch.target_topic,
-                                   partition=batch.target_partition)))
-
-    def batch_rejected_too_large(self, batch: FetchedBatch, error_name: str) -> None:
-        self.batch_failed(batch, MessageTooLargeError(
-            f"target {self.target_alias} rejected a {batch.size}-byte batch with {error_name} "
-            f"(source {batch.topic}-{batch.partition} offset {batch.source_base}): raise the "
-            f"target topic's max.message.bytes (or broker message.max.bytes) above {batch.size}",
-            Where(cluster=self.target_alias, topic=batch.target_topic,
-                  partition=batch.target_partition)))
-
-    def request_identity_reset(self, reason: str) -> None:
-        if self.identity_resetting:
-            return
-        self.identity_resetting = True
-        self.supervisor.spawn(self._reset_identity(reason), what="producer identity reset",
-                              where=Where(cluster=self.target_alias))
-
-    async def _reset_identity(self, reason: str) -> None:
-        while any(s.requests_in_flight for s in self.sinks.values()):
-            await asyncio.sleep(0.01)
-        await self.identity.reset(reason)
-        self.identity_resetting = False
-        for sink in self.sinks.values():
-            sink.wake.set()
-
-    def target_leader_maybe_moved(self, ttp: tuple[str, int]) -> None:
-        if ttp in self._moving_target or self.target is None:
-            return
-        self._moving_target.add(ttp)
-
-        async def refresh() -> None:
-            try:
-                assert self.target is not None
-                with contextlib.suppress(ConnectionFailedError):
-                    await self.target.refresh_metadata([ttp[0]])
-                for sink in list(self.sinks.values()):
-                    tq = sink.partitions.get(ttp)
-                    if tq is not None and tq.in_flight == 0 and not tq.failed:
-                        self.partition_requeued(sink, ttp)
-            finally:
-                self._moving_target.discard(ttp)
-
-        self.supervisor.spawn(refresh(), what="target leader lookup",
-                              where=Where(cluster=self.target_alias, topic=ttp[0],
-                                          partition=ttp[1]))
-
-    def partition_requeued(self, sink: Sink, ttp: tuple[str, int]) -> None:
-        """A target partition has nothing in flight: move it if its leader changed."""
-        assert self.target is not None
-        leader = self.target.leader(*ttp)
-        if leader is None or leader == sink.node_id:
-            return
-        batches = sink.take_partition(ttp)
-        log.info("target %s %s-%d moved from broker %d to %d; %d batches follow",
-                 self.target_alias, ttp[0], ttp[1], sink.node_id, leader, len(batches))
-        new = self._sink(leader)
-        for batch in batches:
-            new.enqueue(batch)
 
     # ------------------------------------------------------------------ commits & metrics
     async def _commit_loop(self) -> None:
@@ -740,4 +568,4 @@ class EngineCore:
         return str(self._where_obj(tp, offset))
 
 
-__all__ = ["EngineCore", "MessageTooLargeError", "ShallowMirrorError", "TopicsSpec"]
+__all__ = ["EngineCore", "ShallowMirrorError", "TopicsSpec"]

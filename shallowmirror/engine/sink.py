@@ -21,16 +21,26 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
 from shallowmirror.engine.batch import FetchedBatch
+from shallowmirror.engine.config import acks_value
 from shallowmirror.engine.packing import Plan, Rotation, plan_request
+from shallowmirror.engine.producer_identity import ProducerIdentity
+from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.supervisor import is_transient, partitions_text, where_of
-from shallowmirror.errors import BrokerError, ConnectionFailedError, Where, broker_error_info
-
-if TYPE_CHECKING:
-    from shallowmirror.engine.core import EngineCore
+from shallowmirror.errors import (
+    BrokerError,
+    ConnectionFailedError,
+    LocatedError,
+    Where,
+    broker_error_info,
+)
+from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +82,14 @@ class TargetPartitionQueue:
 class Sink:
     """Produces to every partition led by one target broker."""
 
-    def __init__(self, core: EngineCore, node_id: int) -> None:
-        self.core = core
+    def __init__(self, owner: Sinks, node_id: int) -> None:
+        self.owner = owner
         self.node_id = node_id
         self.partitions: dict[TTP, TargetPartitionQueue] = {}
         self.rotation: Rotation[TTP] = Rotation()
         self.wake = asyncio.Event()
         self.requests_in_flight = 0
-        s = core.settings
+        s = owner.settings
         self.max_request_bytes = s["max.request.size"]
         self.max_requests = s["max.in.flight.requests.per.connection"]
         self.per_partition = min(5, self.max_requests) if s["enable.idempotence"] else \
@@ -95,7 +105,7 @@ class Sink:
             tq = self.partitions[ttp] = TargetPartitionQueue()
             self.rotation.add(ttp)
         if batch.enqueue_no < 0:
-            batch.enqueue_no = self.core.next_enqueue_no()
+            batch.enqueue_no = self.owner.next_enqueue_no()
         tq.queue.append(batch)
         self.wake.set()
 
@@ -120,13 +130,13 @@ class Sink:
             return False
         if tq.blocked_until and asyncio.get_running_loop().time() < tq.blocked_until:
             return False
-        return not self.core.identity_resetting
+        return not self.owner.identity_resetting
 
     # ---- the loop ----
     async def run(self) -> None:
         """The produce loop (supervised by the engine: an error escaping it is not swallowed)."""
         loop = asyncio.get_running_loop()
-        while not self.core.sinks_stopped:
+        while not self.owner.stopped:
             self._drop_abandoned_heads()
             if self.requests_in_flight >= self.max_requests:
                 self.wake.clear()
@@ -138,7 +148,7 @@ class Sink:
                 max_request_bytes=self.max_request_bytes)
             for ttp, batch in plan.too_large:
                 self.partitions[ttp].queue.popleft()
-                self.core.batch_too_large(batch, self.max_request_bytes)
+                self.owner.batch_too_large(batch, self.max_request_bytes)
             if not plan.picks:
                 self.wake.clear()
                 blocked = [tq.blocked_until for tq in self.partitions.values()
@@ -152,14 +162,14 @@ class Sink:
                 tq = self.partitions[ttp]
                 tq.queue.popleft()
                 tq.in_flight += 1
-                self.core.stamp(batch)
+                self.owner.stamp(batch)
                 batch.attempts += 1
                 picks.append((ttp, batch))
             self.requests_in_flight += 1
-            self.core.supervisor.spawn(
+            self.owner.runtime.supervisor.spawn(
                 self._send(picks), what=f"produce request to target broker {self.node_id} "
                 f"(partitions {partitions_text(ttp for ttp, _ in picks)})",
-                where=where_of(self.core.target_alias, (ttp for ttp, _ in picks)))
+                where=where_of(self.owner.alias, (ttp for ttp, _ in picks)))
 
     def _drop_abandoned_heads(self) -> None:
         for tq in self.partitions.values():
@@ -168,7 +178,7 @@ class Sink:
 
     async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
         try:
-            conn = await self.core.target_connection(self.node_id)
+            conn = await self.owner.connection(self.node_id)
             version = conn.api_version(PRODUCE_API_KEY, PRODUCE_VERSIONS)
             topics: dict[str, list] = {}
             for (topic, partition), batch in picks:
@@ -176,8 +186,8 @@ class Sink:
             cid = conn.next_correlation_id()
             buffers = codec.encode_produce_request(
                 version=version, correlation_id=cid, client_id=conn.client_id,
-                transactional_id=self.core.identity.transactional_id, acks=self.core.acks,
-                timeout_ms=self.core.settings["request.timeout.ms"],
+                transactional_id=self.owner.identity.transactional_id, acks=self.owner.acks,
+                timeout_ms=self.owner.settings["request.timeout.ms"],
                 topics=list(topics.items()), allow_multiple_batches=self.allow_multiple)
             self.requests_sent += 1
             frame = await conn.send_raw(buffers, cid)
@@ -185,7 +195,7 @@ class Sink:
         except ConnectionFailedError as err:
             log.warning("%s; %d batches to target broker %d will be resent", err, len(picks),
                         self.node_id)
-            self.core.note_unreachable(self.core.target_alias, err)
+            self.owner.note_unreachable(err)
             for ttp, batch in picks:
                 self._retry(ttp, batch, refresh=True)
             return
@@ -204,7 +214,7 @@ class Sink:
             # counted in flight) and the error escapes to the supervisor, which fails the engine.
             for ttp, batch in picks:
                 self.partitions[ttp].in_flight -= 1
-                self.core.batch_failed(batch, err)
+                self.owner.batch_failed(batch, err)
             raise
         finally:
             self.requests_in_flight -= 1
@@ -223,11 +233,11 @@ class Sink:
             if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
                 tq.in_flight -= 1
                 tq.unknown_attempts = 0
-                self.core.batch_acked(batch, part.base_offset if code == 0 else None)
+                self.owner.batch_acked(batch, part.base_offset if code == 0 else None)
                 self._maybe_requeue(ttp, tq)
                 continue
             info = broker_error_info(code)
-            where = Where(cluster=self.core.target_alias, topic=ttp[0], partition=ttp[1])
+            where = Where(cluster=self.owner.alias, topic=ttp[0], partition=ttp[1])
             if code in _IDENTITY_ERRORS:
                 # Answers of one partition come back in send order (one connection), so only
                 # an earlier *failed* batch explains a gap; later batches in flight do not.
@@ -235,16 +245,16 @@ class Sink:
                     self._retry(ttp, batch, refresh=False)   # behind an earlier failed batch
                 else:
                     self._retry(ttp, batch, refresh=False)
-                    self.core.request_identity_reset(f"{info.name} from {where}")
+                    self.owner.request_identity_reset(f"{info.name} from {where}")
             elif code in (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE):
                 tq.in_flight -= 1
-                self.core.batch_rejected_too_large(batch, info.name)
+                self.owner.batch_rejected_too_large(batch, info.name)
                 self._maybe_requeue(ttp, tq)
             elif code == UNKNOWN_TOPIC_OR_PARTITION:
                 tq.unknown_attempts += 1
                 if tq.unknown_attempts > UNKNOWN_TARGET_RETRIES:
                     tq.in_flight -= 1
-                    self.core.batch_failed(batch, BrokerError(code, where, (
+                    self.owner.batch_failed(batch, BrokerError(code, where, (
                         f"the target topic {ttp[0]} has no partition {ttp[1]}; create it with "
                         "at least as many partitions as the source topic "
                         f"{batch.topic} and compression.type=producer")))
@@ -263,7 +273,7 @@ class Sink:
                                "(Kafka 4 rejects records over 1 hour in the future by default) "
                                "or message.timestamp.type=LogAppendTime with log.append.time=keep "
                                "decide this")
-                self.core.batch_failed(batch, BrokerError(code, where, message))
+                self.owner.batch_failed(batch, BrokerError(code, where, message))
                 self._maybe_requeue(ttp, tq)
 
     def _retry(self, ttp: TTP, batch: FetchedBatch, *, refresh: bool) -> None:
@@ -271,7 +281,7 @@ class Sink:
         tq.in_flight -= 1
         tq.failed.append(batch)
         if refresh:
-            self.core.target_leader_maybe_moved(ttp)
+            self.owner.target_leader_maybe_moved(ttp)
         self._maybe_requeue(ttp, tq)
 
     def _maybe_requeue(self, ttp: TTP, tq: TargetPartitionQueue) -> None:
@@ -281,9 +291,236 @@ class Sink:
             tq.failed = []
             tq.queue.extendleft(reversed(failed))
             attempts = max(b.attempts for b in failed)
-            tq.blocked_until = asyncio.get_running_loop().time() + self.core.backoff_s(attempts)
-            self.core.partition_requeued(self, ttp)
+            tq.blocked_until = asyncio.get_running_loop().time() + self.owner.backoff_s(attempts)
+            self.owner.partition_requeued(self, ttp)
         self.wake.set()
+
+
+class MessageTooLargeError(LocatedError):
+    """A source batch larger than what the target accepts."""
+
+
+class AckEvents(Protocol):
+    """What the sink side reports about each batch it was given: the engine decides what an
+    acknowledgement or a failure means for the source partition (offsets, hooks, stopping)."""
+
+    def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
+        """The target stored ``batch`` at ``target_base`` (None: a duplicate, offset unknown)."""
+
+    def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
+        """``batch`` can never be written (``err`` names why and where)."""
+
+
+class Sinks:
+    """The produce side of one engine: a ``Sink`` per target broker, and the decisions that span
+    brokers - where a batch goes (the partition's leader, looked up again when unknown or
+    moved), stamping the producer identity, resetting it after a sequence or fencing error,
+    and turning a rejected or oversized batch into an error naming source and target."""
+
+    def __init__(self, runtime: Runtime, events: AckEvents, *, alias: str,
+                 source_alias: str) -> None:
+        settings = runtime.settings
+        self.runtime = runtime
+        self.events = events
+        self.alias = alias
+        self.source_alias = source_alias
+        self.cluster: Cluster | None = None
+        self.identity = ProducerIdentity(idempotent=settings["enable.idempotence"],
+                                         init_call=self._init_producer_id,
+                                         fixed_producer_id=settings["producer.id"])
+        self.acks = acks_value(settings)
+        self.clear_log_append_time = settings["log.append.time"] == "clear"
+        self.by_node: dict[int, Sink] = {}
+        #: Set at shutdown, after what was in flight had its chance: produce loops end.
+        self.stopped = False
+        self.identity_resetting = False
+        self._moving: set[TTP] = set()
+        self._enqueue_no = 0
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.runtime.settings
+
+    async def start(self, cluster: Cluster) -> None:
+        """Produce to ``cluster`` (started) under a producer identity of its own."""
+        self.cluster = cluster
+        await self.identity.init()
+
+    def values(self) -> list[Sink]:
+        """The sink of every target broker written to so far."""
+        return list(self.by_node.values())
+
+    def pending_batches(self) -> int:
+        return sum(s.pending_batches() for s in self.by_node.values())
+
+    def stop(self) -> None:
+        """End the produce loops (what is still queued stays unacknowledged)."""
+        self.stopped = True
+        for sink in self.by_node.values():
+            sink.wake.set()
+
+    def next_enqueue_no(self) -> int:
+        self._enqueue_no += 1
+        return self._enqueue_no
+
+    async def connection(self, node_id: int):
+        assert self.cluster is not None
+        return await self.cluster.connection(node_id)
+
+    def note_unreachable(self, err: BaseException) -> None:
+        self.runtime.note_unreachable(self.alias, err)
+
+    def backoff_s(self, attempts: int) -> float:
+        return self.runtime.backoff_s(attempts)
+
+    def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
+        self.events.batch_acked(batch, target_base)
+
+    def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
+        self.events.batch_failed(batch, err)
+
+    async def _init_producer_id(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        assert self.cluster is not None
+        backoff = self.runtime.backoff()
+        while True:
+            conn = await self.cluster.any_connection()
+            version = conn.api_version(InitProducerIdRequest.API_KEY, (3, 5))
+            req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                        producer_id=-1, producer_epoch=-1, version=version)
+            resp = await conn.request(req)
+            if resp.error_code == 0:
+                return resp.producer_id, resp.producer_epoch
+            err = BrokerError(resp.error_code, Where(cluster=self.alias), "in InitProducerId")
+            if not err.retriable:
+                raise err
+            await asyncio.sleep(backoff.next_s())
+
+    # ---- routing ----
+    def forward(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
+        """Queue ``batch`` for ``target_topic``/``target_partition`` on the leader's sink."""
+        assert self.cluster is not None
+        batch.target_topic, batch.target_partition = target_topic, target_partition
+        leader = self.cluster.leader(target_topic, target_partition)
+        if leader is None:
+            self.runtime.supervisor.spawn(
+                self._forward_later(batch), what="target leader lookup",
+                where=Where(cluster=self.alias, topic=target_topic, partition=target_partition))
+            return
+        self._sink(leader).enqueue(batch)
+
+    def _sink(self, node_id: int) -> Sink:
+        sink = self.by_node.get(node_id)
+        if sink is None:
+            sink = self.by_node[node_id] = Sink(self, node_id)
+            self.runtime.supervisor.spawn_loop(
+                sink.run, what=lambda: (f"produce loop of target broker {node_id} (partitions "
+                                        f"{partitions_text(sink.partitions)})"),
+                where=lambda: where_of(self.alias, sink.partitions))
+        return sink
+
+    async def _forward_later(self, batch: FetchedBatch) -> None:
+        assert self.cluster is not None
+        ttp = (batch.target_topic, batch.target_partition)
+        backoff = self.runtime.backoff()
+        for _attempt in range(20):
+            with contextlib.suppress(ConnectionFailedError):
+                await self.cluster.refresh_metadata([ttp[0]])
+            parts = self.cluster.partitions(ttp[0])
+            if parts is not None and ttp[1] not in parts:
+                break
+            leader = self.cluster.leader(*ttp)
+            if leader is not None:
+                self._sink(leader).enqueue(batch)
+                return
+            await asyncio.sleep(backoff.next_s())
+        parts = self.cluster.partitions(ttp[0])
+        what = (f"topic {ttp[0]} does not exist" if parts is None else
+                f"topic {ttp[0]} has {len(parts)} partitions, no partition {ttp[1]}")
+        self.batch_failed(batch, LocatedError(
+            f"cannot forward to cluster {self.alias}: {what}; create it with at least as "
+            f"many partitions as source topic {batch.topic} and compression.type=producer",
+            Where(cluster=self.alias, topic=ttp[0], partition=ttp[1])))
+
+    # ---- what a sink asks for ----
+    def stamp(self, batch: FetchedBatch) -> None:
+        """Stamp the producer identity into the batch header (once per identity generation)."""
+        if batch.stamp is not None and batch.stamp.generation == self.identity.generation:
+            return
+        assert batch.target_topic is not None and batch.target_partition is not None
+        stamp = self.identity.stamp(batch.target_topic, batch.target_partition,
+                                    batch.record_count)
+        batch.header, batch.rest = codec.rewrite_for_produce(
+            batch.view, producer_id=stamp.producer_id, producer_epoch=stamp.producer_epoch,
+            base_sequence=stamp.base_sequence, transactional=False,
+            clear_log_append_time=self.clear_log_append_time)
+        batch.stamp = stamp
+
+    def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
+        self.batch_failed(batch, MessageTooLargeError(
+            f"source batch of {batch.size} bytes (source {self.source_alias} "
+            f"{batch.topic}-{batch.partition} offset {batch.source_base}) does not fit "
+            f"max.request.size={limit} for target {self.alias}: raise max.request.size "
+            f"and the target topic's max.message.bytes (broker message.max.bytes) above "
+            f"{batch.size}", Where(cluster=self.alias, topic=batch.target_topic,
+                                   partition=batch.target_partition)))
+
+    def batch_rejected_too_large(self, batch: FetchedBatch, error_name: str) -> None:
+        self.batch_failed(batch, MessageTooLargeError(
+            f"target {self.alias} rejected a {batch.size}-byte batch with {error_name} "
+            f"(source {batch.topic}-{batch.partition} offset {batch.source_base}): raise the "
+            f"target topic's max.message.bytes (or broker message.max.bytes) above {batch.size}",
+            Where(cluster=self.alias, topic=batch.target_topic,
+                  partition=batch.target_partition)))
+
+    def request_identity_reset(self, reason: str) -> None:
+        if self.identity_resetting:
+            return
+        self.identity_resetting = True
+        self.runtime.supervisor.spawn(self._reset_identity(reason),
+                                      what="producer identity reset",
+                                      where=Where(cluster=self.alias))
+
+    async def _reset_identity(self, reason: str) -> None:
+        while any(s.requests_in_flight for s in self.by_node.values()):
+            await asyncio.sleep(0.01)
+        await self.identity.reset(reason)
+        self.identity_resetting = False
+        for sink in self.by_node.values():
+            sink.wake.set()
+
+    def target_leader_maybe_moved(self, ttp: TTP) -> None:
+        if ttp in self._moving or self.cluster is None:
+            return
+        self._moving.add(ttp)
+
+        async def refresh() -> None:
+            try:
+                assert self.cluster is not None
+                with contextlib.suppress(ConnectionFailedError):
+                    await self.cluster.refresh_metadata([ttp[0]])
+                for sink in list(self.by_node.values()):
+                    tq = sink.partitions.get(ttp)
+                    if tq is not None and tq.in_flight == 0 and not tq.failed:
+                        self.partition_requeued(sink, ttp)
+            finally:
+                self._moving.discard(ttp)
+
+        self.runtime.supervisor.spawn(refresh(), what="target leader lookup",
+                                      where=Where(cluster=self.alias, topic=ttp[0],
+                                                  partition=ttp[1]))
+
+    def partition_requeued(self, sink: Sink, ttp: TTP) -> None:
+        """A target partition has nothing in flight: move it if its leader changed."""
+        assert self.cluster is not None
+        leader = self.cluster.leader(*ttp)
+        if leader is None or leader == sink.node_id:
+            return
+        batches = sink.take_partition(ttp)
+        log.info("target %s %s-%d moved from broker %d to %d; %d batches follow",
+                 self.alias, ttp[0], ttp[1], sink.node_id, leader, len(batches))
+        new = self._sink(leader)
+        for batch in batches:
+            new.enqueue(batch)
 
 
 def _order(batch: FetchedBatch) -> int:

@@ -16,7 +16,7 @@ from shallowmirror.engine import MirrorEngine
 from shallowmirror.engine.core import EngineCore
 from shallowmirror.engine.membership import Membership
 from shallowmirror.engine.metrics import FlowRecorder
-from shallowmirror.engine.sink import Sink
+from shallowmirror.engine.sink import Sink, Sinks
 from shallowmirror.engine.source import Source
 from shallowmirror.engine.supervisor import EngineTaskError
 from shallowmirror.errors import BrokerError, Where
@@ -152,8 +152,8 @@ def test_one_shot_task_error_fails_the_engine(source_cluster, target_cluster, to
                                               monkeypatch):
     # A target partition without a leader (here: a topic that does not exist) is looked up in a
     # one-shot task; an error escaping it fails the engine.
-    monkeypatch.setattr(EngineCore, "_route_later", _once(RuntimeError("injected"),
-                                                          EngineCore._route_later))
+    monkeypatch.setattr(Sinks, "_forward_later", _once(RuntimeError("injected"),
+                                                       Sinks._forward_later))
     text = _fails(source_cluster, target_cluster, topic,
                   topic_mapper=lambda t: f"{t}-missing")
     assert "target leader lookup failed: RuntimeError: injected" in text

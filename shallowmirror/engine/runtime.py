@@ -1,0 +1,59 @@
+"""What every part of a running engine shares: settings, the supervisor, the byte budget, the
+backoff policy, whether the engine is stopping, and how an unreachable cluster is reported.
+
+The core creates one ``Runtime`` and hands it to the source side (``source.Sources``) and the
+sink side (``sink.Sinks``); neither of them sees the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shallowmirror.engine.backoff import Backoff
+from shallowmirror.engine.budget import ByteBudget
+from shallowmirror.engine.supervisor import Supervisor
+from shallowmirror.net import AuthenticationFailedError
+
+log = logging.getLogger(__name__)
+
+#: A cluster that stays unreachable is logged at most this often.
+UNREACHABLE_LOG_INTERVAL_S = 10.0
+
+
+class Runtime:
+    """Services shared by the core, the sources and the sinks of one engine."""
+
+    def __init__(self, settings: Mapping[str, Any], *,
+                 fail: Callable[[BaseException], None]) -> None:
+        self.settings = settings
+        #: Ends the engine's ``run`` with an error (first one wins; callable from any thread).
+        self.fail = fail
+        self.supervisor = Supervisor(fail, self.backoff)
+        self.budget = ByteBudget(settings["buffer.memory"])
+        #: Set once shutdown begins: fetch loops stop, nothing new is started.
+        self.stopping = False
+        self._unreachable_logged: dict[str, float] = {}
+
+    def backoff(self) -> Backoff:
+        """A fresh backoff between ``retry.backoff.ms`` and ``retry.backoff.max.ms``."""
+        return Backoff(self.settings["retry.backoff.ms"], self.settings["retry.backoff.max.ms"])
+
+    def backoff_s(self, attempts: int) -> float:
+        """The delay before retry number ``attempts`` (1 = the first retry)."""
+        b = self.backoff()
+        b.attempts = max(0, attempts - 1)
+        return b.next_s()
+
+    def note_unreachable(self, alias: str, err: BaseException) -> None:
+        """A connection to cluster ``alias`` failed: log it now and then, and fail the engine on
+        an authentication failure (retrying a wrong password only locks the account)."""
+        now = time.monotonic()
+        if now - self._unreachable_logged.get(alias, 0) > UNREACHABLE_LOG_INTERVAL_S:
+            self._unreachable_logged[alias] = now
+            log.warning("cluster %s unreachable or connection lost (%s); retrying with backoff",
+                        alias, err)
+        if isinstance(err, AuthenticationFailedError):
+            self.fail(err)
