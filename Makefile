@@ -5,6 +5,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # The native codec must build here: a failed compile is an error, not a silent fallback.
 export SHALLOWMIRROR_REQUIRE_NATIVE := 1
+# `make test` runs the integration suite a second time on real Apache Kafka from KAFKA_HOME; only
+# this test set-up falls back to the distribution shipped beside the project (../shared/kafka).
+SHARED_KAFKA := $(abspath ../shared/kafka)
+KAFKA_HOME ?= $(if $(wildcard $(SHARED_KAFKA)/bin/kafka-server-start.sh),$(SHARED_KAFKA))
+export KAFKA_HOME
 
 .PHONY: demo test lint bench fuzz clean install
 
@@ -20,9 +25,10 @@ $(STAMP): pyproject.toml setup.py $(wildcard native/*.pyx native/*.pxd)
 demo: $(STAMP)
 	$(PY) -m shallowmirror.demo
 
+# Run 1: every test on embedded tansu. Run 2: the integration tests on Apache Kafka (KAFKA_HOME).
 test: $(STAMP)
 	$(PY) -m shallowmirror.testing.java_check
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m shallowmirror.testing.suite $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check shallowmirror tests benchmarks examples

@@ -132,3 +132,66 @@ async def produce_corrupt_batch(cluster, topic: str, partition: int) -> None:
             pytest.skip(f"this broker validates CRCs on produce (error {parts[0].error_code})")
     finally:
         await c.close()
+
+
+class RunningEngine:
+    """A MirrorEngine running in a thread of its own (its own event loop) while the test does
+    synchronous work: ``with RunningEngine(...) as running: ... running.stats()``. Stopped and
+    joined on exit; an engine that died is re-raised there."""
+
+    def __init__(self, source: Any, target: Any, topics: list[str],
+                 settings: Mapping[str, Any] | None = None) -> None:
+        import threading
+
+        self.settings = {"partition.assignment": "all", "group.id": group(),
+                         "fetch.max.wait.ms": 100, **dict(settings or {})}
+        self.engine = MirrorEngine(source.client_config(), target.client_config(), topics=topics,
+                                   settings=self.settings)
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-engine", daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await self.engine.run(self._stop)
+
+        try:
+            self._loop.run_until_complete(main())
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test's thread
+            self._error = err
+        finally:
+            self._ready.set()
+            self._loop.close()
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def __enter__(self) -> RunningEngine:
+        self._thread.start()
+        self._ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the engine did not stop within 120 s"
+        if self._error is not None and exc[0] is None:
+            raise self._error
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
+               running: RunningEngine | None = None) -> None:
+    """Poll ``condition`` every 0.2 s; fail naming ``what`` (and the engine's stats) on timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            detail = f"; engine: {running.stats()}" if running is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
+        time.sleep(0.2)

@@ -1,0 +1,131 @@
+"""``make test``: the whole suite on embedded tansu, then the integration suite on Apache Kafka.
+
+    python -m shallowmirror.testing.suite [pytest args...]
+
+Run 1 is every test with the embedded tansu clusters (the users' default). Run 2 is every
+``integration`` test again with real Apache Kafka clusters from ``KAFKA_HOME``
+(``SHALLOWMIRROR_BROKER=kafka``), in parallel workers when pytest-xdist is installed. Without a
+distribution or Java, run 2 is skipped with one line saying why — unless
+``SHALLOWMIRROR_REQUIRE_KAFKA=1`` (CI, when a distribution ships beside the project), where that is
+a failure. Clusters given by ``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` replace both runs by one.
+
+Exit status: non-zero if any run failed or collected no test. The last line counts both runs in
+the form CI reads: ``total: N passed, N failed, N skipped``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from shallowmirror.testing.clusters import BROKER_ENV
+from shallowmirror.testing.embedded import SOURCE_ENV, TARGET_ENV, BrokerStartError
+from shallowmirror.testing.kafka import find_kafka_home
+
+REQUIRE_KAFKA_ENV = "SHALLOWMIRROR_REQUIRE_KAFKA"
+KAFKA_WORKERS_ENV = "SHALLOWMIRROR_KAFKA_WORKERS"
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
+
+
+@dataclass
+class RunResult:
+    name: str
+    exit_code: int
+    counts: dict[str, int]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.counts.get("passed", 0) > 0
+
+
+def _counts(summary: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for number, word in _COUNT.findall(summary):
+        key = "errors" if word.startswith("error") else word
+        counts[key] = counts.get(key, 0) + int(number)
+    return counts
+
+
+def run_pytest(name: str, args: list[str], env: dict[str, str]) -> RunResult:
+    """Run pytest as a child, streaming its output; return its exit code and closing counts."""
+    print(f"\n===== {name} =====", flush=True)
+    started = time.monotonic()
+    summary = ""
+    with subprocess.Popen([sys.executable, "-m", "pytest", *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if re.search(r"\d+ (passed|failed|error)", line) and " in " in line:
+                summary = line
+        code = proc.wait()
+    return RunResult(name, code, _counts(summary), time.monotonic() - started)
+
+
+def kafka_run_plan() -> tuple[str | None, str]:
+    """(KAFKA_HOME to use or None, the reason when None)."""
+    try:
+        return str(find_kafka_home()), ""
+    except BrokerStartError as err:
+        return None, str(err)
+
+
+def _xdist_args(workers: int) -> list[str]:
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return []
+    return ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    base_env = dict(os.environ)
+    results: list[RunResult] = []
+    if base_env.get(SOURCE_ENV) or base_env.get(TARGET_ENV):
+        results.append(run_pytest(f"external clusters ({base_env.get(SOURCE_ENV)})", args,
+                                  base_env))
+        return _finish(results, missing_kafka=None)
+
+    tansu_env = {**base_env, BROKER_ENV: "tansu"}
+    results.append(run_pytest("run 1 of 2: every test, embedded tansu brokers", args, tansu_env))
+
+    home, why = kafka_run_plan()
+    if home is None:
+        return _finish(results, missing_kafka=why)
+    workers = int(base_env.get(KAFKA_WORKERS_ENV, "2"))
+    kafka_env = {**base_env, BROKER_ENV: "kafka", "KAFKA_HOME": home}
+    kafka_args = ["-m", "integration", *_xdist_args(workers), *args]
+    results.append(run_pytest(f"run 2 of 2: integration tests, Apache Kafka from {home}",
+                              kafka_args, kafka_env))
+    return _finish(results, missing_kafka=None)
+
+
+def _finish(results: list[RunResult], missing_kafka: str | None) -> int:
+    print("\n===== summary =====")
+    failed = False
+    for result in results:
+        counts = ", ".join(f"{n} {k}" for k, n in result.counts.items()) or "no test ran"
+        verdict = "ok" if result.ok else f"FAILED (pytest exit {result.exit_code})"
+        print(f"{result.name}: {counts} in {result.seconds:.0f}s — {verdict}")
+        failed |= not result.ok
+    if missing_kafka is not None:
+        required = os.environ.get(REQUIRE_KAFKA_ENV) == "1"
+        label = "FAILED" if required else "skipped"
+        print(f"Apache Kafka run {label}: {missing_kafka}"
+              + (f" ({REQUIRE_KAFKA_ENV}=1 requires it)" if required else ""))
+        failed |= required
+    total = {k: sum(r.counts.get(k, 0) for r in results) for k in ("passed", "failed", "skipped")}
+    total["failed"] += sum(r.counts.get("errors", 0) for r in results)
+    print(f"total: {total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
