@@ -65,11 +65,15 @@ async def prefetch(cluster: Cluster, topic: str) -> dict[int, list]:
     return out
 
 
+def _never_fetched(batch: FetchedBatch) -> None:
+    raise AssertionError("the produce-only core starts no source")
+
+
 class ProduceOnlyCore(EngineCore):
     """The engine core without sources or membership: only the target side is started."""
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, router=_never_fetched, **kwargs)
         self.acked_batches = 0
         self.acked_bytes = 0
         self.expected = 0

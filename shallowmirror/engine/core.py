@@ -44,8 +44,7 @@ from shallowmirror.engine.metrics import (
 from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
-from shallowmirror.engine.source import Source
-from shallowmirror.engine.supervisor import partitions_text, where_of
+from shallowmirror.engine.source import Router, Sources
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -79,7 +78,7 @@ class EngineCore:
     def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
                  topics: TopicsSpec, flow: str | None = None, source_alias: str = "source",
                  target_alias: str = "target", settings: Mapping[str, Any] | None = None,
-                 metrics_sink: MetricsSink | None = None) -> None:
+                 metrics_sink: MetricsSink | None = None, router: Router) -> None:
         self.settings = resolve_settings(settings)
         self.source_config = dict(source_config)
         self.target_config = dict(target_config)
@@ -97,11 +96,11 @@ class EngineCore:
         self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
         self.offset_maps: dict[TP, OffsetMap] = {}
-        self.sources: dict[int, Source] = {}
+        self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias,
+                               list_offset=self._list_offset)
         self.duplicates_unknown_offset = 0
         self._fatal: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
-        self._moving_source: set[TP] = set()
         self.run_id = new_run_id()
         if metrics_sink is None and self.settings["metrics.file"]:
             metrics_sink = JsonLinesMetricsSink(self.settings["metrics.file"])
@@ -162,6 +161,7 @@ class EngineCore:
         try:
             await self.source.start()
             await self.target.start()
+            self.sources.start(self.source)
             await self.sinks.start(self.target)
             self.membership = Membership(
                 self.source_config, group_id=self.group_id,
@@ -206,8 +206,7 @@ class EngineCore:
 
     async def _shutdown(self) -> None:
         self.runtime.stopping = True
-        for source in self.sources.values():
-            source.wake.set()
+        self.sources.wake_all()
         deadline = time.monotonic() + self.settings["request.timeout.ms"] / 1000
         while (self.sinks.pending_batches() and time.monotonic() < deadline
                and self._fatal is None):
@@ -235,18 +234,8 @@ class EngineCore:
                 with contextlib.suppress(Exception):
                     await cluster.close()
 
-    # ------------------------------------------------------------------ connections
-    async def source_connection(self, node_id: int):
-        assert self.source is not None
-        return await self.source.connection(node_id)
-
     def note_unreachable(self, alias: str, err: BaseException) -> None:
         self.runtime.note_unreachable(alias, err)
-
-    async def maybe_refresh_source_metadata(self, force: bool = False) -> None:
-        assert self.source is not None
-        with contextlib.suppress(ConnectionFailedError):
-            await self.source.refresh_metadata(sorted({tp[0] for tp in self.partitions}))
 
     # ------------------------------------------------------------------ discovery & ownership
     async def _discovery_loop(self) -> None:
@@ -296,27 +285,21 @@ class EngineCore:
         assert self.source is not None
         await self.source.refresh_metadata(sorted({t for t, _ in tps}))
         for tp in tps:
-            position = committed.get(tp)
-            skip = False
-            if position is None:
-                reset = self.settings["auto.offset.reset"]
-                position = await self._list_offset(tp, -2 if reset == "earliest" else -1)
-                skip = reset == "latest"
-                log.info("%s: no committed offset under group %s; starting at %d "
-                         "(auto.offset.reset=%s)", self._where(tp), self.group_id, position, reset)
+            position, skip = await self.sources.start_position(tp, committed.get(tp),
+                                                                self.group_id)
             omap = self.offset_maps.setdefault(tp, OffsetMap())
             sp = SourcePartition(tp[0], tp[1], position, omap)
             sp.skip_to_high_watermark = skip
             sp.last_committed_sent = position
             self.partitions[tp] = sp
-            self._attach_source(sp)
+            self.sources.attach(sp)
 
     async def _on_revoked(self, tps: list[TP], commit: bool) -> dict[TP, int]:
         """Stop fetching ``tps``, give in-flight batches a chance to finish, abandon the rest."""
         owned = [self.partitions[tp] for tp in tps if tp in self.partitions]
         for sp in owned:
             sp.paused = True
-            self._detach_source(sp)
+            self.sources.detach(sp)
         deadline = time.monotonic() + (self.settings["request.timeout.ms"] / 1000 if commit
                                        else 0)
         while (any(sp.offsets.pending for sp in owned) and time.monotonic() < deadline
@@ -359,104 +342,6 @@ class EngineCore:
             await asyncio.sleep(backoff.next_s())
             await self.source.refresh_metadata([tp[0]])
 
-    def _attach_source(self, sp: SourcePartition) -> None:
-        assert self.source is not None
-        leader = self.source.leader(*sp.tp)
-        sp.leader = leader
-        if leader is None:
-            self.source_leader_moved(sp, "no leader")
-            return
-        source = self.sources.get(leader)
-        if source is None:
-            source = self.sources[leader] = Source(self, leader)
-            self.supervisor.spawn_loop(
-                source.run, what=lambda: (f"fetch loop of source broker {leader} (partitions "
-                                          f"{partitions_text(source.partitions)})"),
-                where=lambda: where_of(self.source_alias, source.partitions))
-        source.add(sp)
-
-    def _detach_source(self, sp: SourcePartition) -> None:
-        for source in self.sources.values():
-            source.remove(sp.tp)
-
-    # ------------------------------------------------------------------ source events
-    def source_leader_moved(self, sp: SourcePartition, reason: str) -> None:
-        self._detach_source(sp)
-        sp.leader = None
-        if sp.tp in self._moving_source:
-            return
-        self._moving_source.add(sp.tp)
-        log.info("%s: %s; refreshing metadata", self._where(sp.tp), reason)
-        self.supervisor.spawn(self._relocate_source(sp), what="leader lookup",
-                              where=self._where_obj(sp.tp))
-
-    async def _relocate_source(self, sp: SourcePartition) -> None:
-        assert self.source is not None
-        backoff = self.backoff()
-        try:
-            while not self.stopping and self.partitions.get(sp.tp) is sp:
-                await asyncio.sleep(backoff.next_s())
-                with contextlib.suppress(ConnectionFailedError):
-                    await self.source.refresh_metadata([sp.topic])
-                if self.source.leader(*sp.tp) is not None:
-                    self._attach_source(sp)
-                    return
-        finally:
-            self._moving_source.discard(sp.tp)
-
-    def offset_out_of_range(self, sp: SourcePartition, high_watermark: int,
-                            log_start_offset: int) -> None:
-        self._detach_source(sp)
-        self.supervisor.spawn(self._reset_out_of_range(sp), what="auto.offset.reset",
-                              where=self._where_obj(sp.tp))
-
-    async def _reset_out_of_range(self, sp: SourcePartition) -> None:
-        reset = self.settings["auto.offset.reset"]
-        old = sp.fetch_position
-        new = await self._list_offset(sp.tp, -2 if reset == "earliest" else -1)
-        if self.partitions.get(sp.tp) is not sp:
-            return
-        if new > old:
-            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; skipping %d..%d (%d offsets, "
-                        "auto.offset.reset=%s)", self._where(sp.tp, old), old, old, new - 1,
-                        new - old, reset)
-        else:
-            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; restarting at %d (auto.offset.reset=%s)",
-                        self._where(sp.tp, old), old, new, reset)
-        while new < sp.offsets.end and sp.offsets.pending:
-            await asyncio.sleep(0.05)
-        sp.offsets.reset(new)
-        sp.skip_to_high_watermark = reset == "latest"
-        self._attach_source(sp)
-
-    def skip_to(self, sp: SourcePartition, position: int, why: str) -> None:
-        if position > sp.fetch_position:
-            log.info("%s: skipping to %d (%s)", self._where(sp.tp), position, why)
-            sp.offsets.add_gap(position)
-
-    def stop_partition(self, sp: SourcePartition, err: BaseException, *,
-                       abandon_pending: bool = True) -> None:
-        """A partition-level fault: stop it, forward nothing more of it, keep its offset.
-
-        ``abandon_pending=False`` (a fault found while fetching) lets the good batches fetched
-        before the fault finish, so the position stops exactly at the faulty batch."""
-        if sp.error is not None:
-            return
-        sp.errors += 1
-        sp.error = str(err)
-        self._detach_source(sp)
-        if abandon_pending:
-            for entry in sp.offsets.unacked():
-                if isinstance(entry.payload, FetchedBatch):
-                    entry.payload.abandoned = True
-            sp.offsets.abandon_pending()
-        log.error("partition stopped, nothing more forwarded from it and its committed offset "
-                  "stays at %d: %s", sp.offsets.committed, err)
-
-    # ------------------------------------------------------------------ routing (subclasses)
-    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
-        raise NotImplementedError
-
     def route(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
         """Queue ``batch`` for ``target_topic``/``target_partition`` on the target."""
         self.sinks.forward(batch, target_topic, target_partition)
@@ -497,7 +382,7 @@ class EngineCore:
         if sp is not None and not batch.abandoned:
             if isinstance(err, LocatedError):
                 err = err.at(offset=batch.source_base)
-            self.stop_partition(sp, err)
+            self.sources.stop_partition(sp, err)
         batch._finish(None, err)
 
     # ------------------------------------------------------------------ commits & metrics

@@ -1,7 +1,8 @@
 """``MirrorEngine``: one flow source->target, every fetched batch routed by a topic mapper.
 
-Partition i of a source topic goes to partition i of ``topic_mapper(topic)`` on the target.
-Everything else (fetching, producing, offsets, membership, metrics) is ``EngineCore``.
+Partition i of a source topic goes to partition i of ``topic_mapper(topic)`` on the target: that
+is the router this class passes to ``EngineCore``, which does everything else (fetching,
+producing, offsets, membership, metrics).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shallowmirror.engine.batch import FetchedBatch, SourcePartition
+from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.core import EngineCore, TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 
@@ -40,11 +41,12 @@ class MirrorEngine(EngineCore):
                  metrics_sink: MetricsSink | None = None) -> None:
         super().__init__(source_config, target_config, topics=topics, flow=flow,
                          source_alias=source_alias, target_alias=target_alias,
-                         settings=settings, metrics_sink=metrics_sink)
+                         settings=settings, metrics_sink=metrics_sink, router=self._by_topic)
         self.topic_mapper = topic_mapper
         self._mapped: dict[str, str] = {}
 
-    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
+    def _by_topic(self, batch: FetchedBatch) -> None:
+        """The router: same partition of the mapped topic (the mapping cached per topic)."""
         target_topic = self._mapped.get(batch.topic)
         if target_topic is None:
             target_topic = self._mapped[batch.topic] = self.topic_mapper(batch.topic)

@@ -34,7 +34,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
-from shallowmirror.engine.batch import EngineStats, FetchedBatch, SourcePartition
+from shallowmirror.engine.batch import EngineStats, FetchedBatch
 from shallowmirror.engine.core import EngineCore, TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
@@ -53,15 +53,14 @@ class BatchForwarder(EngineCore):
                  topics: TopicsSpec, settings: Mapping[str, Any] | None = None,
                  metrics_sink: MetricsSink | None = None, source_alias: str = "source",
                  target_alias: str = "target", flow: str | None = None) -> None:
+        self._fetched: asyncio.Queue[FetchedBatch] = asyncio.Queue()
+        # The router hands every fetched batch to the program (the queue this iterates).
         super().__init__(source_config, target_config, topics=topics, flow=flow,
                          source_alias=source_alias, target_alias=target_alias,
-                         settings=settings, metrics_sink=metrics_sink)
-        self._fetched: asyncio.Queue[FetchedBatch] = asyncio.Queue()
+                         settings=settings, metrics_sink=metrics_sink,
+                         router=self._fetched.put_nowait)
         self._stop = asyncio.Event()
         self._runner: asyncio.Task | None = None
-
-    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
-        self._fetched.put_nowait(batch)
 
     # ---- lifecycle ----
     async def start(self) -> None:

@@ -24,17 +24,21 @@ not advanced) while the others go on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
 from shallowmirror import codec
 from shallowmirror.codec import deep
-from shallowmirror.engine.batch import FetchedBatch, SourcePartition
+from shallowmirror.engine.backoff import Backoff
+from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.packing import Rotation
+from shallowmirror.engine.runtime import Runtime
+from shallowmirror.engine.supervisor import partitions_text, where_of
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -44,9 +48,7 @@ from shallowmirror.errors import (
     Where,
     broker_error_info,
 )
-
-if TYPE_CHECKING:
-    from shallowmirror.engine.core import EngineCore
+from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +60,14 @@ OFFSET_OUT_OF_RANGE = 1
 class Source:
     """Fetches for every partition led by one source broker."""
 
-    def __init__(self, core: EngineCore, node_id: int) -> None:
-        self.core = core
+    def __init__(self, owner: Sources, node_id: int) -> None:
+        self.owner = owner
         self.node_id = node_id
         self.partitions: dict[tuple[str, int], SourcePartition] = {}
         self.rotation: Rotation[tuple[str, int]] = Rotation()
         self.wake = asyncio.Event()
         self.fetches = 0
-        settings = core.settings
+        settings = owner.settings
         self.max_wait_ms = settings["fetch.max.wait.ms"]
         self.min_bytes = settings["fetch.min.bytes"]
         self.max_bytes = settings["fetch.max.bytes"]
@@ -73,7 +75,7 @@ class Source:
         #: Fetch once this much of the budget is free (asking for what is free, up to max_bytes):
         #: a fetcher that waited for a whole fetch.max.bytes would, with a small buffer.memory,
         #: wait for every byte to be acknowledged and never overlap fetch and produce.
-        self.min_fetch_bytes = max(1, min(self.max_bytes, core.budget.limit_bytes // 4))
+        self.min_fetch_bytes = max(1, min(self.max_bytes, owner.budget.limit_bytes // 4))
         self.read_committed = settings["isolation.level"] == "read_committed"
         #: Partitions already warned about transactional data under read_uncommitted.
         self.warned_transactional: set = set()
@@ -100,11 +102,11 @@ class Source:
             "cluster %s, topic-partition %s-%d, offset %d: transactional batches are mirrored "
             "with isolation.level=read_uncommitted, so records of aborted transactions become "
             "plain data on the target; set isolation.level=read_committed to mirror committed "
-            "records only", self.core.source_alias, sp.topic, sp.partition, first.base_offset)
+            "records only", self.owner.alias, sp.topic, sp.partition, first.base_offset)
 
     @property
     def budget(self) -> ByteBudget:
-        return self.core.budget
+        return self.owner.budget
 
     def add(self, sp: SourcePartition) -> None:
         self.partitions[sp.tp] = sp
@@ -117,15 +119,15 @@ class Source:
 
     async def run(self) -> None:
         """The fetch loop (supervised by the engine: an error escaping it is not swallowed)."""
-        backoff = self.core.backoff()
-        while not self.core.stopping:
+        backoff = self.owner.backoff()
+        while not self.owner.stopping:
             ready = [tp for tp in self.rotation.next_order() if self.partitions[tp].fetchable]
             if not ready:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
             await self.budget.wait_room(self.min_fetch_bytes)
-            if self.core.stopping:
+            if self.owner.stopping:
                 return
             budget = self.budget
             ask = self.max_bytes if budget.in_use_bytes == 0 else min(
@@ -137,9 +139,9 @@ class Source:
                 delay = backoff.next_s()
                 log.warning("%s; fetch from source broker %d retried in %.1fs",
                             err, self.node_id, delay)
-                self.core.note_unreachable(self.core.source_alias, err)
+                self.owner.note_unreachable(err)
                 await asyncio.sleep(delay)
-                await self.core.maybe_refresh_source_metadata(force=True)
+                await self.owner.refresh_metadata()
 
     def _request(self, version: int, ready: list[tuple[str, int]],
                  max_bytes: int | None = None) -> Any:
@@ -161,7 +163,7 @@ class Source:
 
     async def _fetch_once(self, ready: list[tuple[str, int]],
                           max_bytes: int | None = None) -> None:
-        conn = await self.core.source_connection(self.node_id)
+        conn = await self.owner.connection(self.node_id)
         version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
         asked = {tp: self.partitions[tp].fetch_position for tp in ready}
         frame = await conn.request_frame(self._request(version, ready, max_bytes))
@@ -170,7 +172,7 @@ class Source:
             return
         response = codec.decode_fetch_response(frame, version)
         if response.error_code:
-            raise BrokerError(response.error_code, Where(cluster=self.core.source_alias),
+            raise BrokerError(response.error_code, Where(cluster=self.owner.alias),
                               "in a Fetch response")
         lease = FrameLease(self.budget, len(frame))
         # KIP-74: the first partition of a full-size fetch gets its first batch whole.
@@ -193,26 +195,26 @@ class Source:
         if part.error_code:
             info = broker_error_info(part.error_code)
             if part.error_code == OFFSET_OUT_OF_RANGE:
-                self.core.offset_out_of_range(sp, part.high_watermark, part.log_start_offset)
+                self.owner.offset_out_of_range(sp, part.high_watermark, part.log_start_offset)
             elif info.invalid_metadata or info.retriable:
-                self.core.source_leader_moved(sp, info.name)
+                self.owner.leader_moved(sp, info.name)
             else:
-                self.core.stop_partition(sp, BrokerError(part.error_code, Where(
-                    cluster=self.core.source_alias, topic=sp.topic, partition=sp.partition,
+                self.owner.stop_partition(sp, BrokerError(part.error_code, Where(
+                    cluster=self.owner.alias, topic=sp.topic, partition=sp.partition,
                     offset=sp.fetch_position), "in a Fetch response"))
             return
         if part.high_watermark >= 0:
             sp.high_watermark = part.high_watermark
         if sp.skip_to_high_watermark:
             sp.skip_to_high_watermark = False
-            self.core.skip_to(sp, max(sp.high_watermark, sp.fetch_position),
+            self.owner.skip_to(sp, max(sp.high_watermark, sp.fetch_position),
                               "auto.offset.reset=latest")
             return
         records = part.records
         if records is None or len(records) == 0:
             return
         position = sp.fetch_position
-        where = Where(cluster=self.core.source_alias, topic=sp.topic, partition=sp.partition,
+        where = Where(cluster=self.owner.alias, topic=sp.topic, partition=sp.partition,
                       offset=position)
         fault: LocatedError | None = None
         try:
@@ -244,7 +246,7 @@ class Source:
             batches = self._prepare(sp, kept, lease, where)
         except LocatedError as err:
             if isinstance(err, (CorruptDataError, UnsupportedFormatError)):
-                self.core.stop_partition(sp, err.at(cluster=self.core.source_alias,
+                self.owner.stop_partition(sp, err.at(cluster=self.owner.alias,
                                                     topic=sp.topic, partition=sp.partition),
                                          abandon_pending=False)
                 return
@@ -255,9 +257,9 @@ class Source:
                                                batch.record_count, payload=batch)
         sp.offsets.add_gap(end)
         for batch in batches:
-            self.core.deliver(sp, batch)
+            self.owner.deliver(sp, batch)
         if fault is not None:
-            self.core.stop_partition(sp, fault.at(cluster=self.core.source_alias,
+            self.owner.stop_partition(sp, fault.at(cluster=self.owner.alias,
                                                   topic=sp.topic, partition=sp.partition),
                                      abandon_pending=False)
 
@@ -284,7 +286,7 @@ class Source:
                     raise UnsupportedFormatError(
                         f"legacy message format (magic {view.magic}) cannot go into Produce "
                         "v3+; set legacy.format=convert to convert it (deep path)",
-                        Where(cluster=self.core.source_alias, topic=sp.topic,
+                        Where(cluster=self.owner.alias, topic=sp.topic,
                               partition=sp.partition, offset=view.base_offset))
                 if view.next_offset <= position:
                     continue
@@ -333,4 +335,190 @@ class Source:
         return out
 
 
-Deliver = Callable[[SourcePartition, FetchedBatch], None]
+Router = Callable[[FetchedBatch], None]
+"""The routing decision: called with every kept batch, in fetch order per partition. It sends the
+batch on (``EngineCore.route``), hands it to a program, or drops it; each batch once."""
+
+ListOffset = Callable[[TP, int], Awaitable[int]]
+"""``list_offset(tp, timestamp)``: the offset ListOffsets answers (-2 earliest, -1 latest)."""
+
+
+class Sources:
+    """The fetch side of one engine: a ``Source`` per source broker, and the fetch decisions that
+    span brokers - which broker a partition is fetched from (attach; relocate when its leader
+    moves), where it starts (its committed offset, else ``auto.offset.reset``), what
+    OFFSET_OUT_OF_RANGE does, skipping ahead, and stopping a partition on a fault. Every kept
+    batch goes to ``route``, the routing decision passed in."""
+
+    def __init__(self, runtime: Runtime, partitions: Mapping[TP, SourcePartition],
+                 route: Router, *, alias: str,
+                 list_offset: ListOffset) -> None:
+        self.runtime = runtime
+        #: The partitions the engine owns (the core adds and removes them; read here).
+        self.partitions = partitions
+        self.route = route
+        self.alias = alias
+        self.list_offset = list_offset
+        self.cluster: Cluster | None = None
+        self.by_node: dict[int, Source] = {}
+        self._moving: set[TP] = set()
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.runtime.settings
+
+    @property
+    def budget(self) -> ByteBudget:
+        return self.runtime.budget
+
+    @property
+    def stopping(self) -> bool:
+        return self.runtime.stopping
+
+    def start(self, cluster: Cluster) -> None:
+        """Fetch from ``cluster`` (started)."""
+        self.cluster = cluster
+
+    def values(self) -> list[Source]:
+        """The source of every broker fetched from so far."""
+        return list(self.by_node.values())
+
+    def wake_all(self) -> None:
+        for source in self.by_node.values():
+            source.wake.set()
+
+    # ---- what a source asks for ----
+    def backoff(self) -> Backoff:
+        return self.runtime.backoff()
+
+    def note_unreachable(self, err: BaseException) -> None:
+        self.runtime.note_unreachable(self.alias, err)
+
+    async def connection(self, node_id: int):
+        assert self.cluster is not None
+        return await self.cluster.connection(node_id)
+
+    async def refresh_metadata(self) -> None:
+        """Refresh the metadata of every owned topic (after a fetch failed)."""
+        assert self.cluster is not None
+        with contextlib.suppress(ConnectionFailedError):
+            await self.cluster.refresh_metadata(sorted({tp[0] for tp in self.partitions}))
+
+    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
+        self.route(batch)
+
+    # ---- where a partition starts ----
+    async def start_position(self, tp: TP, committed: int | None,
+                             group_id: str) -> tuple[int, bool]:
+        """(position, skip to the high watermark first): the committed offset, else
+        ``auto.offset.reset`` through ListOffsets."""
+        if committed is not None:
+            return committed, False
+        reset = self.settings["auto.offset.reset"]
+        position = await self.list_offset(tp, -2 if reset == "earliest" else -1)
+        log.info("%s: no committed offset under group %s; starting at %d "
+                 "(auto.offset.reset=%s)", self._where(tp), group_id, position, reset)
+        return position, reset == "latest"
+
+    # ---- which broker fetches a partition ----
+    def attach(self, sp: SourcePartition) -> None:
+        """Fetch ``sp`` from its leader's source (started on first use)."""
+        assert self.cluster is not None
+        leader = self.cluster.leader(*sp.tp)
+        sp.leader = leader
+        if leader is None:
+            self.leader_moved(sp, "no leader")
+            return
+        source = self.by_node.get(leader)
+        if source is None:
+            source = self.by_node[leader] = Source(self, leader)
+            self.runtime.supervisor.spawn_loop(
+                source.run, what=lambda: (f"fetch loop of source broker {leader} (partitions "
+                                          f"{partitions_text(source.partitions)})"),
+                where=lambda: where_of(self.alias, source.partitions))
+        source.add(sp)
+
+    def detach(self, sp: SourcePartition) -> None:
+        """Fetch ``sp`` no more (revoked, stopped, or moving)."""
+        for source in self.by_node.values():
+            source.remove(sp.tp)
+
+    def leader_moved(self, sp: SourcePartition, reason: str) -> None:
+        self.detach(sp)
+        sp.leader = None
+        if sp.tp in self._moving:
+            return
+        self._moving.add(sp.tp)
+        log.info("%s: %s; refreshing metadata", self._where(sp.tp), reason)
+        self.runtime.supervisor.spawn(self._relocate(sp), what="leader lookup",
+                                      where=self._where_obj(sp.tp))
+
+    async def _relocate(self, sp: SourcePartition) -> None:
+        assert self.cluster is not None
+        backoff = self.backoff()
+        try:
+            while not self.stopping and self.partitions.get(sp.tp) is sp:
+                await asyncio.sleep(backoff.next_s())
+                with contextlib.suppress(ConnectionFailedError):
+                    await self.cluster.refresh_metadata([sp.topic])
+                if self.cluster.leader(*sp.tp) is not None:
+                    self.attach(sp)
+                    return
+        finally:
+            self._moving.discard(sp.tp)
+
+    # ---- faults and skips ----
+    def offset_out_of_range(self, sp: SourcePartition, high_watermark: int,
+                            log_start_offset: int) -> None:
+        self.detach(sp)
+        self.runtime.supervisor.spawn(self._reset_out_of_range(sp), what="auto.offset.reset",
+                                      where=self._where_obj(sp.tp))
+
+    async def _reset_out_of_range(self, sp: SourcePartition) -> None:
+        reset = self.settings["auto.offset.reset"]
+        old = sp.fetch_position
+        new = await self.list_offset(sp.tp, -2 if reset == "earliest" else -1)
+        if self.partitions.get(sp.tp) is not sp:
+            return
+        if new > old:
+            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; skipping %d..%d (%d offsets, "
+                        "auto.offset.reset=%s)", self._where(sp.tp, old), old, old, new - 1,
+                        new - old, reset)
+        else:
+            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; restarting at %d (auto.offset.reset=%s)",
+                        self._where(sp.tp, old), old, new, reset)
+        while new < sp.offsets.end and sp.offsets.pending:
+            await asyncio.sleep(0.05)
+        sp.offsets.reset(new)
+        sp.skip_to_high_watermark = reset == "latest"
+        self.attach(sp)
+
+    def skip_to(self, sp: SourcePartition, position: int, why: str) -> None:
+        if position > sp.fetch_position:
+            log.info("%s: skipping to %d (%s)", self._where(sp.tp), position, why)
+            sp.offsets.add_gap(position)
+
+    def stop_partition(self, sp: SourcePartition, err: BaseException, *,
+                       abandon_pending: bool = True) -> None:
+        """A partition-level fault: stop it, forward nothing more of it, keep its offset.
+
+        ``abandon_pending=False`` (a fault found while fetching) lets the good batches fetched
+        before the fault finish, so the position stops exactly at the faulty batch."""
+        if sp.error is not None:
+            return
+        sp.errors += 1
+        sp.error = str(err)
+        self.detach(sp)
+        if abandon_pending:
+            for entry in sp.offsets.unacked():
+                if isinstance(entry.payload, FetchedBatch):
+                    entry.payload.abandoned = True
+            sp.offsets.abandon_pending()
+        log.error("partition stopped, nothing more forwarded from it and its committed offset "
+                  "stays at %d: %s", sp.offsets.committed, err)
+
+    def _where_obj(self, tp: TP, offset: int | None = None) -> Where:
+        return Where(cluster=self.alias, topic=tp[0], partition=tp[1], offset=offset)
+
+    def _where(self, tp: TP, offset: int | None = None) -> str:
+        return str(self._where_obj(tp, offset))

@@ -44,7 +44,7 @@ def test_offset_out_of_range_applies_reset_and_logs_the_skipped_range(
             await task
         return engine
 
-    with caplog.at_level(logging.WARNING, logger="shallowmirror.engine.core"):
+    with caplog.at_level(logging.WARNING, logger="shallowmirror.engine.source"):
         engine = asyncio.run(main())
     source_cluster_obj = next(c for c in scripted.instances if c.scripted)
     assert source_cluster_obj.out_of_range_answers == 1

@@ -1,6 +1,7 @@
 """The fetch side without a broker: read_committed drops aborted transactions and control batches
 (synthetic aborted lists: tansu reports none), a mid-batch fetch trims, legacy and corrupt batches
-stop only their partition. The "core" here is a small scripted fake, named as such."""
+stop only their partition. The source side (``Sources``) here is a small scripted fake, named as
+such."""
 
 from __future__ import annotations
 
@@ -39,12 +40,12 @@ def batch(base: int, count: int, *, pid: int = -1, txn: bool = False, control_ab
 
 
 class FakeCore:
-    """Scripted stand-in for EngineCore: records what the source tells it."""
+    """Scripted stand-in for ``source.Sources``: records what the source tells it."""
 
     def __init__(self, **settings: Any) -> None:
         self.settings = resolve_settings(settings)
         self.budget = ByteBudget(1 << 20)
-        self.source_alias = "A"
+        self.alias = "A"
         self.delivered: list = []
         self.stopped: list = []
         self.stopping = False
