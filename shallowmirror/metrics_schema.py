@@ -47,5 +47,5 @@ BENCH_RUN_FIELDS = (
     "latency_ms_samples", "progress_samples", "rss_samples", "ok", "error", "machine", "version",
     "codec_impl",
 )
-MODES = ("shallow", "deep-confluent", "deep-kafka-python", "external", "fetch-only")
+MODES = ("shallow", "deep-confluent", "deep-kafka-python", "external", "fetch-only", "mm2")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

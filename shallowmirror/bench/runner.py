@@ -15,6 +15,13 @@ One run (``run_once``):
 5. stop the process group (SIGTERM, then SIGKILL after ``stop_timeout_s``), reap it with
    ``wait4`` and write one ``bench_run`` record.
 
+``mm2`` is MirrorMaker 2 from the Kafka distribution (``modes.mm2``): a JVM with no "ready" line,
+so its start-up runs from launch to the first record seen on the target.
+
+Clusters: the given ones (``source_bootstrap``/``target_bootstrap``), else two started by the
+harness and stopped by pid at the end (also on Ctrl-C): embedded tansu by default, real Apache
+Kafka with ``broker="kafka"`` or a ``kafka_home`` (``shallowmirror.testing.clusters``).
+
 ``fetch-only`` has no target: it reads the source to the end and reports the time it got there;
 its CPU is the kernel's rusage at exit. Bytes moved are the source's RecordBatch bytes (identical
 for every mode, so CPU per GB compares like with like); uncompressed bytes are the record payloads.
@@ -44,6 +51,7 @@ from shallowmirror.bench import machine, topics
 from shallowmirror.bench.matrix import Workload
 from shallowmirror.bench.modes import MODULES
 from shallowmirror.bench.modes import external as external_mode
+from shallowmirror.bench.modes import mm2 as mm2_mode
 from shallowmirror.bench.progress import ProgressBar
 from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
 from shallowmirror.bench.watermarks import HighWatermarks
@@ -60,7 +68,7 @@ class BenchConfig:
     workloads: list[Workload]
     modes: list[str]
     repeats: int = 1
-    source_bootstrap: str | None = None   # None: embedded tansu clusters
+    source_bootstrap: str | None = None   # None: clusters started by the harness
     target_bootstrap: str | None = None
     external_cmd: str | None = None
     external_target_topic: str = "{topic}"
@@ -74,6 +82,35 @@ class BenchConfig:
     progress: bool | None = None          # None: only when stderr is a terminal
     python: str = sys.executable
     mode_args: dict[str, list[str]] = field(default_factory=dict)  # extra args per mode
+    broker: str | None = None             # started clusters: tansu | kafka (None: see flavor())
+    kafka_home: str | None = None         # Kafka distribution (else $KAFKA_HOME)
+
+    def flavor(self) -> str:
+        """The clusters the harness starts: ``broker``, else kafka when ``kafka_home`` is given,
+        else ``$SHALLOWMIRROR_BROKER``, else embedded tansu."""
+        from shallowmirror.testing.clusters import broker_flavor
+
+        return broker_flavor(self.broker or ("kafka" if self.kafka_home else None))
+
+    def _kafka_problems(self) -> list[str]:
+        from shallowmirror.testing.embedded import BrokerStartError
+        from shallowmirror.testing.kafka import find_kafka_home
+
+        try:
+            flavor = "given" if self.source_bootstrap else self.flavor()
+        except BrokerStartError as err:
+            return [str(err)]
+        found = []
+        if "mm2" in self.modes and flavor == "tansu":
+            found.append("mode mm2 runs MirrorMaker 2 between Apache Kafka clusters, not the "
+                         "embedded tansu ones: add --kafka-home DIR (or --broker kafka with "
+                         "KAFKA_HOME set)")
+        elif "mm2" in self.modes or flavor == "kafka":
+            try:
+                mm2_mode.check_distribution(find_kafka_home(self.kafka_home))
+            except (BrokerStartError, mm2_mode.Mm2Unavailable) as err:
+                found.append(str(err))
+        return found
 
     def problems(self) -> list[str]:
         found = [f"unknown mode {m!r} (known: {', '.join(MODES)})" for m in self.modes
@@ -89,16 +126,17 @@ class BenchConfig:
             found.append("repeats must be >= 1")
         if not self.workloads:
             found.append("no workloads")
-        return found
+        return found + self._kafka_problems()
 
 
 @dataclass
 class Clusters:
     source: str
     target: str
-    embedded: bool
+    embedded: bool                        # started (and stopped) by the harness
     #: alias -> broker pid, for embedded clusters (their CPU is reported per run).
     broker_pids: dict[str, int] = field(default_factory=dict)
+    flavor: str = "given"                 # tansu | kafka | given
 
     def broker_cpu(self) -> dict[str, float]:
         """alias -> cumulative user+sys CPU seconds of each embedded broker process."""
@@ -112,15 +150,17 @@ class Clusters:
 
 @contextlib.contextmanager
 def clusters_for(config: BenchConfig) -> Iterator[Clusters]:
-    """The given clusters, or two embedded tansu clusters stopped on exit."""
+    """The given clusters, or two started ones (tansu or Kafka) stopped by pid on exit."""
     if config.source_bootstrap:
         yield Clusters(config.source_bootstrap, config.target_bootstrap or "", False)
         return
-    from shallowmirror.testing.embedded import embedded_clusters
+    from shallowmirror.testing.clusters import started_clusters
 
-    with embedded_clusters("bench-source", "bench-target") as (source, target):
+    flavor = config.flavor()
+    with started_clusters(flavor, "bench-source", "bench-target",
+                          kafka_home=config.kafka_home) as (source, target):
         yield Clusters(source.bootstrap, target.bootstrap, True,
-                       {"source": source.pid, "target": target.pid})
+                       {"source": source.pid, "target": target.pid}, flavor)
 
 
 def run_bench(config: BenchConfig, emit: Callable[[dict], None]) -> list[dict]:
@@ -192,6 +232,8 @@ def _target_names(config: BenchConfig, clusters: Clusters, mode: str,
             return main, external_mode.target_topic_of(config.external_target_topic,
                                                        source.latency_topic)
         return main, main + "-latency"
+    if mode == "mm2":
+        return mm2_mode.remote_topic(source.topic), mm2_mode.remote_topic(source.latency_topic)
     suffix = ".mirror" if clusters.source == clusters.target else ""
     return source.topic + suffix, source.latency_topic + suffix
 
@@ -224,8 +266,13 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
     if mirrors:
         topics.recreate(clusters.target, target_topic, workload.partitions)
         topics.recreate(clusters.target, target_latency_topic, 1)
-    cmd = _command(config, clusters, workload, source, mode, run_id, target_topic,
-                   target_latency_topic)
+    mm2_run = (mm2_mode.prepare(_kafka_home(config), source=clusters.source,
+                                target=clusters.target,
+                                topics=[source.topic, source.latency_topic],
+                                codec=workload.codec, run_id=run_id)
+               if mode == "mm2" else None)
+    cmd = mm2_run.command if mm2_run else _command(config, clusters, workload, source, mode,
+                                                    run_id, target_topic, target_latency_topic)
     record["command"] = cmd
     watcher = HighWatermarks(clusters.target, target_topic) if mirrors else None
     stderr_file = tempfile.TemporaryFile(prefix=f"bench-{mode}-")  # noqa: SIM115 - read after exit
@@ -240,12 +287,19 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         brokers_before = clusters.broker_cpu()
         record["started_at"] = time.time()
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr_file,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        # MirrorMaker 2 logs to stdout: into its console file, not a pipe nobody parses.
+        with open(mm2_run.console_path, "wb") if mm2_run else contextlib.nullcontext(
+                subprocess.PIPE) as stdout:
+            proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr_file,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env=mm2_run.env if mm2_run else None)
         sampler = ProcessTreeSampler(proc.pid, config.sample_interval_s).start()
         reader = threading.Thread(target=_read_events,
                                   args=(proc.stdout, done_lines, sampler, ready), daemon=True)
-        reader.start()
+        if proc.stdout is not None:
+            reader.start()
+        if mm2_run is not None and watcher is not None:
+            watcher = _FirstRecord(watcher, sampler, ready, record)
         caught_up = _wait_caught_up(config, proc, watcher, source, record, t0, bar, done_lines,
                                     reader)
         if caught_up:
@@ -287,15 +341,53 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
     problems = []
     if record["process_wall_s"] is None:
         problems.append(f"not all records arrived ({record['records']}/{source.records})")
-    # Our own modes must shut down cleanly; an external tool may exit however it likes on SIGTERM.
-    if mode != "external" and exit_code not in (0, None):
+    # Our own modes must shut down cleanly; an external tool may exit however it likes on SIGTERM,
+    # and a JVM stopped by SIGTERM exits 143 after its shutdown hooks ran.
+    clean_exits = {"external": None, "mm2": (0, 143, None)}.get(mode, (0, None))
+    if clean_exits is not None and exit_code not in clean_exits:
         problems.append(f"mode process exited with status {exit_code}")
     if problems:
         stderr_file.seek(0)
         tail = stderr_file.read()[-2000:].decode(errors="replace").strip()
+        if mm2_run is not None:
+            tail = (f"{tail}\n{mm2_run.log_tail()}".strip() +
+                    f" (MirrorMaker 2 files kept in {mm2_run.work_dir})")
         record["error"] = "; ".join(problems) + (f"; stderr tail: {tail}" if tail else "")
+    elif mm2_run is not None:
+        mm2_run.remove()
     stderr_file.close()
     record["ok"] = not problems
+
+
+def _kafka_home(config: BenchConfig) -> str:
+    from shallowmirror.testing.kafka import find_kafka_home
+
+    return str(find_kafka_home(config.kafka_home))
+
+
+class _FirstRecord:
+    """A target watcher that marks the mode "ready" when the first record lands on the target.
+
+    For a mode that cannot say when it is ready (MirrorMaker 2's JVM), start-up is from launch
+    to the first record: the tree's CPU is sampled at that instant, as at a "ready" line.
+    ``startup_records`` says how many records that first look already found (charged to
+    start-up time, though moved in steady state; at most one poll interval's worth)."""
+
+    def __init__(self, watcher: HighWatermarks, sampler: ProcessTreeSampler, ready: dict,
+                 record: dict) -> None:
+        self.watcher, self.sampler, self.ready, self.record = watcher, sampler, ready, record
+
+    def read(self) -> dict[int, int]:
+        marks = self.watcher.read()
+        if not self.ready and sum(marks.values()) > 0:
+            self.sampler.sample()
+            self.ready["cpu"] = self.sampler.cpu()
+            self.ready["time"] = time.time()
+            self.record["startup_records"] = sum(marks.values())
+        return marks
+
+    def close(self) -> None:
+        self.watcher.close()
 
 
 def _account(record: dict, total_cpu: tuple[float, float] | None, ready: dict) -> None:

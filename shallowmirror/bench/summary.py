@@ -93,7 +93,7 @@ def ratios(table: list[Row]) -> list[dict]:
     for workload_id in dict.fromkeys(r.workload_id for r in table):
         shallow = by.get((workload_id, "shallow"))
         item: dict = {"workload_id": workload_id}
-        for mode in ("deep-confluent", "deep-kafka-python", "external"):
+        for mode in ("deep-confluent", "deep-kafka-python", "mm2", "external"):
             other = by.get((workload_id, mode))
             if shallow and other and shallow.cpu_s_per_gb and other.cpu_s_per_gb:
                 item[f"cpu_{mode}_over_shallow"] = other.cpu_s_per_gb / shallow.cpu_s_per_gb

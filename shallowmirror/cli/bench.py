@@ -1,7 +1,7 @@
 """`shallowmirror bench`: shallow versus deep mirroring on a workload matrix.
 
-Loads each workload into an embedded (or given) source cluster, runs every mode as its own
-process with the target emptied between runs, appends one ``bench_run`` JSON line per run to
+Loads each workload into a source cluster (embedded tansu by default, real Apache Kafka with
+--kafka-home, or your own), runs every mode as its own process with the target emptied between runs, appends one ``bench_run`` JSON line per run to
 ``--out`` and prints a summary table (median and min..max over repeats) and the goal ratios.
 """
 
@@ -30,13 +30,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=epilog([
             ("shallowmirror bench --codecs lz4 --records 200k --repeats 1 --report report/",
              "a quick run on embedded clusters, then the HTML report in report/"),
+            ("shallowmirror bench --kafka-home $KAFKA_HOME --codecs lz4 --records 200k "
+             "--repeats 1 --modes shallow,deep-confluent,mm2,fetch-only",
+             "two real Apache Kafka clusters started (and stopped) by the harness, MirrorMaker 2 "
+             "from the same distribution as a mode"),
             ("shallowmirror bench --source-bootstrap kafka-a:9092 --target-bootstrap "
              "kafka-b:9092 --codecs lz4,zstd --records 1m",
              "the default modes against your own clusters, three repeats each"),
         ]),
     )
-    p.add_argument("--source-bootstrap", help="source cluster (default: embedded tansu)")
-    p.add_argument("--target-bootstrap", help="target cluster (default: embedded tansu)")
+    p.add_argument("--source-bootstrap", help="source cluster (default: started by the harness)")
+    p.add_argument("--target-bootstrap", help="target cluster (default: started by the harness)")
+    p.add_argument("--broker", choices=("tansu", "kafka"),
+                   help="clusters the harness starts: embedded tansu (default) or Apache Kafka "
+                        "from KAFKA_HOME")
+    p.add_argument("--kafka-home", metavar="DIR",
+                   help="Apache Kafka distribution: the harness starts two Kafka clusters from "
+                        "it (implies --broker kafka) and mode mm2 runs its MirrorMaker 2 "
+                        "(default: $KAFKA_HOME)")
     p.add_argument("--codecs", default="lz4,zstd,gzip", help="none,gzip,snappy,lz4,zstd")
     p.add_argument("--records", default=str(DEFAULT_RECORDS), help="record counts, e.g. 1m,100k")
     p.add_argument("--value-bytes", default=str(DEFAULT_VALUE_BYTES), help="value sizes")
@@ -44,7 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="producer batch.size values, e.g. 16KiB,256KiB")
     p.add_argument("--partitions", default=str(DEFAULT_PARTITIONS), help="partition counts")
     p.add_argument("--modes", default=DEFAULT_MODES,
-                   help="shallow,deep-confluent,deep-kafka-python,fetch-only,external")
+                   help="shallow,deep-confluent,deep-kafka-python,fetch-only,mm2,external "
+                        "(mm2: MirrorMaker 2, Kafka clusters only)")
     p.add_argument("--repeats", type=int, default=3, help="runs per workload and mode")
     p.add_argument("--external-cmd",
                    help="command line of mode 'external'; placeholders {source} {target} {topic} "
@@ -72,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from shallowmirror.bench import summary
     from shallowmirror.bench.matrix import expand, parse_list
     from shallowmirror.bench.runner import BenchConfig, run_bench
+    from shallowmirror.testing.embedded import BrokerStartError
 
     try:
         workloads = expand(parse_list(args.codecs), parse_list(args.value_bytes, int),
@@ -87,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         fetch_impl=args.fetch_impl, latency_probes=args.latency_probes,
         run_timeout_s=args.run_timeout, progress=args.progress,
         mode_args={"shallow": [a for kv in args.shallow_setting for a in ("--setting", kv)]},
+        broker=args.broker, kafka_home=args.kafka_home,
     )
     problems = config.problems()
     if problems:
@@ -102,10 +116,17 @@ def run(args: argparse.Namespace) -> int:
             metrics = summary.run_metrics(record)
             detail = (f"{metrics['mb_s']:.1f} MB/s, {metrics['cpu_s_per_gb']:.2f} CPU s/GB, "
                       f"peak RSS {metrics['peak_rss_mb']:.0f} MB" if metrics else "")
+            if metrics and record.get("startup_s") is not None:
+                detail += (f", start-up {record['startup_s']:.1f} s / "
+                           f"{record.get('startup_cpu_s') or 0:.1f} CPU s")
             print(f"{record['mode']} {record['workload_id']} repeat {record['repeat']}: "
                   f"{detail} {status}", file=sys.stderr, flush=True)
 
-        records = run_bench(config, emit)
+        try:
+            records = run_bench(config, emit)
+        except BrokerStartError as err:
+            print(f"shallowmirror bench: {err}", file=sys.stderr)
+            return 2
     table = summary.rows(records)
     print(summary.format_table(table))
     ratio_text = summary.format_ratios(summary.ratios(table))

@@ -32,8 +32,9 @@ MODE_COLOURS = {
     "deep-confluent": "#d95f02",
     "deep-kafka-python": "#e7298a",
     "external": "#666666",
+    "mm2": "#e6ab02",
 }
-MODE_ORDER = ("fetch-only", "shallow", "deep-confluent", "deep-kafka-python", "external")
+MODE_ORDER = ("fetch-only", "shallow", "deep-confluent", "deep-kafka-python", "mm2", "external")
 
 #: Tables written as CSV next to the report (series included: they are what the plots show).
 CSV_TABLES = (

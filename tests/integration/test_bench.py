@@ -7,13 +7,19 @@ the source's records (keys, values, headers, timestamps). No timing thresholds.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from shallowmirror.bench.matrix import expand
 from shallowmirror.bench.runner import BenchConfig, run_bench
+from shallowmirror.codec.layout import COMPRESSION_ZSTD
+from shallowmirror.engine.rawfetch import fetch_all
 from shallowmirror.metrics_schema import BENCH_RUN, BENCH_RUN_FIELDS
+from shallowmirror.testing.embedded import BrokerStartError
+from shallowmirror.testing.kafka import find_kafka_home, kafka_clusters
 from shallowmirror.testing.topics import compare_topics, read_topic
 
 pytestmark = pytest.mark.integration
@@ -112,3 +118,57 @@ def test_bad_configuration_is_reported_before_anything_runs():
     assert any("repeats" in p for p in problems)
     with pytest.raises(ValueError):
         run_bench(config, lambda record: None)
+
+
+@pytest.fixture
+def kafka_pair(request: pytest.FixtureRequest) -> Iterator[tuple]:
+    """Two Apache Kafka clusters: the session's when it runs on Kafka, else a pair started here
+    from ``KAFKA_HOME``; skipped when there is no distribution (or no Java)."""
+    try:
+        find_kafka_home()
+    except BrokerStartError as err:
+        pytest.skip(f"mode mm2 runs MirrorMaker 2 from a Kafka distribution: {err}")
+    session = request.getfixturevalue("clusters")
+    if session[0].flavor == "kafka":
+        yield session[0], session[1]
+        return
+    with kafka_clusters("mm2-source", "mm2-target") as (source, target):
+        yield source, target
+
+
+def test_mm2_mode_mirrors_a_tiny_workload_and_reports_its_start_up(kafka_pair):
+    source_cluster, target_cluster = kafka_pair
+    config = BenchConfig(
+        workloads=expand(["zstd"], [200], [16384], [PARTITIONS], [RECORDS]), modes=["mm2"],
+        repeats=1, source_bootstrap=source_cluster.bootstrap,
+        target_bootstrap=target_cluster.bootstrap, latency_probes=PROBES, run_timeout_s=90,
+        progress=False,
+    )
+    [r] = run_bench(config, lambda record: None)
+    assert r["ok"] is True, r["error"]
+    assert r["records"] == RECORDS and r["exit_code"] in (0, 143)  # 143: JVM stopped by SIGTERM
+    assert r["command"][0].endswith("bin/connect-mirror-maker.sh")
+    # Start-up (launch to the first record on the target) is reported apart from steady state.
+    assert r["startup_s"] > 0 and r["startup_cpu_s"] > 0 and r["startup_records"] >= 1
+    assert r["process_wall_s"] == pytest.approx(r["startup_s"] + r["wall_s"])
+    assert r["process_cpu_s"] >= r["startup_cpu_s"] + r["cpu_user_s"] + r["cpu_sys_s"] - 1e-6
+    assert r["cpu_basis"] == "tree-sampled-at-catch-up"
+    assert r["peak_rss_bytes"] > 100 << 20                # a JVM
+    assert len(r["latency_ms_samples"]) == PROBES
+
+    # The remote topic under MirrorMaker 2's default policy holds the source's records, written
+    # by a producer compressing with the source's codec.
+    source_topic = r["target_topic"].removeprefix("A.")
+    assert r["target_topic"] == f"A.{source_topic}"
+    got = read_topic(target_cluster, r["target_topic"])
+    assert compare_topics(read_topic(source_cluster, source_topic), got,
+                          topic=r["target_topic"]) == []
+    batches, _ = asyncio.run(fetch_all(target_cluster.client_config(), r["target_topic"]))
+    assert {b.compression for part in batches.values() for b in part} == {COMPRESSION_ZSTD}
+
+
+def test_mm2_needs_kafka_clusters():
+    config = BenchConfig(workloads=expand(["lz4"], [10], [1024], [1], [10]), modes=["mm2"],
+                         broker="tansu")
+    assert [p for p in config.problems() if "mode mm2 runs MirrorMaker 2" in p
+            and "--kafka-home" in p]
