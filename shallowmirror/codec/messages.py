@@ -486,6 +486,7 @@ def encode_produce_request(*, version: int, correlation_id: int, client_id: str 
     """
     _check_version("produce request", version, PRODUCE_VERSIONS)
     flexible = version >= PRODUCE_FIRST_FLEXIBLE
+    allow_multiple_batches = bool(allow_multiple_batches)   # read here, as the native build
     _check_int("correlation_id", correlation_id, 32)
     _check_int("acks", acks, 16)
     _check_int("timeout_ms", timeout_ms, 32)
@@ -509,9 +510,10 @@ def encode_produce_request(*, version: int, correlation_id: int, client_id: str 
                 raise ValueError(f"partition {topic}-{partition} is listed twice in one "
                                  "Produce request")
             seen.add((topic, partition))
-            if not batches:
+            n_batches = len(batches)
+            if n_batches == 0:
                 raise ValueError(f"partition {topic}-{partition} has no batch to produce")
-            if len(batches) > 1 and not allow_multiple_batches:
+            if n_batches > 1 and not allow_multiple_batches:
                 raise ValueError(
                     f"partition {topic}-{partition} has {len(batches)} batches: stock Kafka "
                     "accepts exactly one RecordBatch per partition in Produce v3+ "

@@ -196,6 +196,7 @@ def _corrupt(message: str, topic, partition, offset, position, cls=CorruptDataEr
 def split_batches(records, *, verify_crc: bool = True, topic: str | None = None,
                   partition: int | None = None) -> SplitResult:
     """Split a record set into batch views; stop cleanly at a trailing partial batch."""
+    verify_crc = bool(verify_crc)               # flags are read at the boundary, as in native
     view = _as_bytes_view(records)
     end = view.nbytes
     pos = 0
@@ -347,6 +348,7 @@ def filter_batches(batches: Sequence[BatchView], *, fetch_offset: int,
     until its ABORT control batch. The bookkeeping runs for every batch, including those below
     the fetch offset, so a marker below it still closes its transaction.
     """
+    drop_control = bool(drop_control)
     fetch_offset = _as_int("fetch_offset", fetch_offset, _INT64_MIN, _INT64_MAX)
     read_committed = aborted_transactions is not None
     pending = _aborted_pairs(aborted_transactions) if read_committed else []
@@ -379,6 +381,7 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
                         base_sequence: int = -1, transactional: bool = False,
                         clear_log_append_time: bool = False) -> tuple[bytes, memoryview]:
     """(new 61-byte header, view of the rest) for a Produce request (contract.Codec)."""
+    transactional, clear_log_append_time = bool(transactional), bool(clear_log_append_time)
     if type(batch) is not BatchView:
         raise TypeError(f"batch must be a BatchView from split_batches, got {type(batch).__name__}")
     where = Where(offset=batch.base_offset, position=batch.position)
