@@ -36,5 +36,25 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks/codec --benchmark-only --benchmark-columns=median,ops --benchmark-sort=name
 
+# Long fuzz (minutes; not in `make test` or CI): every codec fuzz module (record sets, Fetch and
+# Produce frames, deep paths, the argument boundary) in its own child process limited to
+# FUZZ_MEMORY_KB of address space, FUZZ_EXAMPLES cases per test. A crash, a hang (pytest-timeout),
+# native and twin disagreeing, or memory beyond the limit fails the run; logs in build/fuzz/.
+FUZZ_EXAMPLES ?= 20000
+FUZZ_MEMORY_KB ?= 2097152
+FUZZ_TIMEOUT_S ?= 3600
+fuzz: $(STAMP)
+	@mkdir -p build/fuzz
+	@for module in tests/unit/codec/test_fuzz_*.py; do \
+	  log=build/fuzz/$$(basename $$module .py).log; \
+	  echo "fuzz: $$module ($(FUZZ_EXAMPLES) cases per test, $(FUZZ_MEMORY_KB) KiB address space)"; \
+	  if ! ( ulimit -v $(FUZZ_MEMORY_KB) && SHALLOWMIRROR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	         $(PY) -m pytest -q --timeout=$(FUZZ_TIMEOUT_S) --hypothesis-show-statistics \
+	         $$module ) > $$log 2>&1; then tail -n 60 $$log; echo "fuzz: FAILED ($$log)"; exit 1; fi; \
+	  tail -n 1 $$log; \
+	done
+	@cat build/fuzz/*.log | awk '/passing, [0-9]+ failing/ {n += $$2; f += $$4} \
+	  END {print "fuzz: " n " cases passed, " f " failed, in every module"}'
+
 clean:
 	rm -rf $(VENV) build *.egg-info shallowmirror/codec/*.so shallowmirror/codec/*.c native/*.c
