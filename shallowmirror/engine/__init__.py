@@ -2,7 +2,9 @@
 byte-for-byte, to a target cluster; track offsets, share partitions, report metrics.
 
 ``MirrorEngine`` routes by a topic mapper; ``BatchForwarder`` lets a program decide per batch;
-``mirror``/``mirror_async`` are the one-call API. Settings: ``ENGINE_SETTINGS``.
+``mirror``/``mirror_async`` are the one-call API. Settings: ``ENGINE_SETTINGS``. Later features
+attach to ``engine.hooks`` (``EngineHooks``: batch acknowledged, offsets committed, partitions
+assigned/revoked).
 """
 
 from .api import ensure_target_topics, mirror, mirror_async
@@ -10,13 +12,14 @@ from .batch import EngineStats, FetchedBatch, PartitionStats
 from .config import ENGINE_SETTINGS
 from .engine import MirrorEngine, identity_mapper, prefix_mapper
 from .forwarder import BatchForwarder, SyncBatchForwarder
+from .hooks import BatchAck, EngineHooks, HookError
 from .metrics import JsonLinesMetricsSink, ListMetricsSink, MetricsSink, NullMetricsSink
 from .offsets import MapRow, OffsetMap
 from .sink import MessageTooLargeError
 
 __all__ = [
-    "ENGINE_SETTINGS", "BatchForwarder", "EngineStats", "FetchedBatch", "JsonLinesMetricsSink",
-    "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
+    "ENGINE_SETTINGS", "BatchAck", "BatchForwarder", "EngineHooks", "EngineStats", "FetchedBatch",
+    "HookError", "JsonLinesMetricsSink", "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
     "NullMetricsSink", "OffsetMap", "PartitionStats", "ensure_target_topics", "identity_mapper",
     "mirror", "mirror_async", "prefix_mapper", "SyncBatchForwarder",
 ]

@@ -32,6 +32,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import resolve_settings
+from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership
 from shallowmirror.engine.metrics import (
     FlowRecorder,
@@ -96,6 +97,8 @@ class EngineCore:
         self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
         self.offset_maps: dict[TP, OffsetMap] = {}
+        #: Where later features attach: batch acknowledged, offsets committed, assigned/revoked.
+        self.hooks = EngineHooks()
         self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias,
                                list_offset=self._list_offset)
         self.duplicates_unknown_offset = 0
@@ -219,6 +222,12 @@ class EngineCore:
                 await self.membership.close(final)
             except Exception as err:  # noqa: BLE001 - logged; shutdown goes on
                 log.error("final commit to %s failed: %s", self.source_alias, err)
+            else:
+                try:
+                    self.hooks.offsets_committed({tp: off for tp, off in final.items()
+                                                  if off >= 0})
+                except HookError as err:
+                    self.fail(err)           # run() raises it once shutdown is done
         for sp in self.partitions.values():
             for entry in sp.offsets.abandon_pending():
                 if isinstance(entry.payload, FetchedBatch):
@@ -293,6 +302,8 @@ class EngineCore:
             sp.last_committed_sent = position
             self.partitions[tp] = sp
             self.sources.attach(sp)
+        if tps:
+            self.hooks.partitions_assigned(list(tps))
 
     async def _on_revoked(self, tps: list[TP], commit: bool) -> dict[TP, int]:
         """Stop fetching ``tps``, give in-flight batches a chance to finish, abandon the rest."""
@@ -316,6 +327,8 @@ class EngineCore:
                             "again by the next owner", self._where(sp.tp), len(abandoned))
             result[sp.tp] = sp.offsets.committed
             self.partitions.pop(sp.tp, None)
+        if owned:
+            self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
 
     async def _list_offset(self, tp: TP, timestamp: int) -> int:
@@ -357,6 +370,11 @@ class EngineCore:
             batch._finish(target_base, None)
             return
         sp.offsets.ack(batch.entry, target_base)
+        if self.hooks.batch_acknowledged:
+            assert batch.target_topic is not None and batch.target_partition is not None
+            self.hooks.batch_acknowledged(BatchAck(
+                batch.topic, batch.partition, batch.source_base, batch.next_offset,
+                batch.record_count, batch.target_topic, batch.target_partition, target_base))
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size
@@ -410,6 +428,7 @@ class EngineCore:
             sp = self.partitions.get(tp)
             if sp is not None:
                 sp.last_committed_sent = offset
+        self.hooks.offsets_committed(offsets)
 
     async def _metrics_loop(self) -> None:
         interval = max(0.2, self.settings["metrics.interval.ms"] / 1000)

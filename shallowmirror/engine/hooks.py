@@ -1,0 +1,97 @@
+"""Hook points: where later features (consumer-group offset sync, checkpoints, transactions)
+attach to the engine without editing the core.
+
+- ``batch_acknowledged(BatchAck)``: the target stored one batch. The ack carries the source range
+  and the target range it became (``target_base`` None when the target answered
+  DUPLICATE_SEQUENCE_NUMBER: written before, offset unknown). Fired once per forwarded batch, in
+  acknowledgement order (per source partition: source order).
+- ``offsets_committed(Mapping[TP, int])``: these source positions (the next offset to mirror, per
+  topic-partition) were committed to the source cluster under the engine's group (the periodic
+  and the final commit; a commit made while partitions are revoked happens in the membership
+  thread and is not reported).
+- ``partitions_assigned(list[TP])``: the engine owns these partitions from now on (their start
+  positions are known, fetching starts).
+- ``partitions_revoked(list[TP])``: the engine gave these up (after finishing or abandoning what
+  was in flight).
+
+Callbacks run on the engine's event loop and must not block. One that raises is never ignored:
+``HookError`` names the hook and the callback, and the engine fails with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from shallowmirror.errors import ShallowMirrorError
+
+TP = tuple[str, int]
+T = TypeVar("T")
+
+
+class HookError(ShallowMirrorError):
+    """A hook callback raised; the engine stops with this error (the callback's as cause)."""
+
+
+@dataclass(frozen=True)
+class BatchAck:
+    """One acknowledged batch: source offsets [source_base, source_next) of a source partition are
+    stored at target offsets [target_base, target_base + source_next - source_base)."""
+
+    source_topic: str
+    source_partition: int
+    source_base: int
+    source_next: int
+    record_count: int
+    target_topic: str
+    target_partition: int
+    target_base: int | None
+
+    @property
+    def target_next(self) -> int | None:
+        """The target offset after the batch (None when ``target_base`` is unknown)."""
+        if self.target_base is None:
+            return None
+        return self.target_base + self.source_next - self.source_base
+
+
+class Hook(Generic[T]):
+    """Callbacks of one hook point, called in the order they were added."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._callbacks: list[Callable[[T], None]] = []
+
+    def add(self, callback: Callable[[T], None]) -> Callable[[T], None]:
+        """Call ``callback(event)`` at this point from now on (usable as a decorator)."""
+        self._callbacks.append(callback)
+        return callback
+
+    def remove(self, callback: Callable[[T], None]) -> None:
+        self._callbacks.remove(callback)
+
+    def __bool__(self) -> bool:
+        return bool(self._callbacks)
+
+    def __call__(self, event: T) -> None:
+        for callback in self._callbacks:
+            try:
+                callback(event)
+            except Exception as err:
+                raise HookError(f"{self.name} hook {getattr(callback, '__qualname__', callback)!r}"
+                                f" failed: {type(err).__name__}: {err}") from err
+
+
+@dataclass
+class EngineHooks:
+    """The engine's hook points (see the module docstring)."""
+
+    batch_acknowledged: Hook[BatchAck] = field(
+        default_factory=lambda: Hook("batch acknowledged"))
+    offsets_committed: Hook[Mapping[TP, int]] = field(
+        default_factory=lambda: Hook("offsets committed"))
+    partitions_assigned: Hook[list[TP]] = field(
+        default_factory=lambda: Hook("partitions assigned"))
+    partitions_revoked: Hook[list[TP]] = field(
+        default_factory=lambda: Hook("partitions revoked"))
