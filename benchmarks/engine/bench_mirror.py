@@ -4,18 +4,24 @@ the brokers' CPU, and peak RSS against buffer.memory.
     .venv/bin/python benchmarks/engine/bench_mirror.py [--records 1000000 | none=3000000,...]
         [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
         [--set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
+        [--broker tansu|kafka] [--kafka-home DIR]
 
-Per codec: load N records (8 partitions, ~200-byte values) into an embedded source cluster (or
-SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP), then, ``--repeat`` times, side by side:
+Per codec: load N records (8 partitions, ~200-byte values) into a source cluster started here
+(embedded tansu, or real Apache Kafka with ``--broker kafka``/``SHALLOWMIRROR_BROKER=kafka`` and
+``KAFKA_HOME`` or ``--kafka-home``; or SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP), then, ``--repeat``
+times, side by side:
 1. fetch-only: a child process reads every batch with raw Fetch requests (net layer + codec,
    nothing forwarded): the source-side ceiling for a mirror reading this source;
 2. produce-only: a child process (``produce_ceiling.py``) pre-fetches every batch, then sends them
    with the engine's own Sink (same planner, stamping, encoder, requests in flight) to a fresh
    target topic: the target-side ceiling, nothing fetched while sending;
 3. mirror: a child ``python -m shallowmirror.engine.run`` from offset 0 into a fresh target topic,
-   timed from ``engine ready`` until the target's Fetch high watermark reaches the source's end on
-   every partition (probed every 20 ms with a 5 ms Fetch wait; no commit polling).
-Each phase records its process's CPU and the embedded brokers' CPU (psutil on their pids) over the
+   timed from ``engine ready`` until the target's high watermark reaches the source's end on
+   every partition (``shallowmirror.bench.watermarks``, probed every 20 ms; no commit polling).
+   Both ends are read the way each broker answers correctly (tansu: a Fetch past the end; Kafka,
+   which answers that with OFFSET_OUT_OF_RANGE and no high watermark: ListOffsets), and the
+   source's ends must add up to the records loaded, so a mirror phase cannot "finish" at once.
+Each phase records its process's CPU and the started brokers' CPU (psutil on their pids) over the
 same window. Prints one row per codec (medians over the repeats) and appends every run as a JSON
 object to ``--out``.
 """
@@ -35,11 +41,10 @@ import uuid
 from pathlib import Path
 
 import psutil
-from kafka.protocol.consumer import FetchRequest
 
 from shallowmirror import codec as codec_impl
-from shallowmirror.engine.source import FETCH_API_KEY, FETCH_VERSIONS
-from shallowmirror.net import Cluster
+from shallowmirror.bench.watermarks import HighWatermarks
+from shallowmirror.testing import clusters as test_clusters
 from shallowmirror.testing import embedded
 from shallowmirror.testing.workload import Workload, create_topic, load
 
@@ -108,32 +113,17 @@ class CpuWindow:
         return [b - a for a, b in zip(self.first, self._now(), strict=True)]
 
 
-def _probe_request(version: int, topic: str, ends: dict[int, int]):
-    return FetchRequest[version](
-        replica_id=-1, max_wait_ms=5, min_bytes=1, max_bytes=1024, isolation_level=0,
-        session_id=0, session_epoch=-1,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-            FetchRequest.FetchTopic.FetchPartition(
-                partition=p, current_leader_epoch=-1, fetch_offset=end, log_start_offset=-1,
-                partition_max_bytes=1024) for p, end in sorted(ends.items())])],
-        forgotten_topics_data=[], rack_id="")
-
-
-async def _source_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    """High watermark per partition (Fetch past the end: empty answer, cheap)."""
-    cluster = Cluster({"bootstrap.servers": bootstrap}, "probe")
-    await cluster.start()
+def _source_ends(bootstrap: str, topic: str, records: int) -> dict[int, int]:
+    """High watermark per partition; they must add up to the ``records`` just loaded."""
+    watcher = HighWatermarks(bootstrap, topic)
     try:
-        await cluster.refresh_metadata([topic])
-        parts = cluster.partitions(topic) or []
-        conn = await cluster.connection(cluster.leader(topic, parts[0]))
-        version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
-        frame = await conn.request_frame(_probe_request(version, topic, {p: 1 << 62
-                                                                          for p in parts}))
-        resp = codec_impl.decode_fetch_response(frame, version)
-        return {part.partition: part.high_watermark for t in resp.topics for part in t.partitions}
+        ends = watcher.read()
     finally:
-        await cluster.close()
+        watcher.close()
+    if sum(ends.values()) != records or any(end < 0 for end in ends.values()):
+        raise RuntimeError(f"{topic}: source ends {ends} do not add up to the {records} records "
+                           "loaded")
+    return ends
 
 
 def _bytes_of(bootstrap: str, topic: str) -> int:
@@ -187,14 +177,10 @@ def produce_only(source: str, target: str, topic: str, target_topic: str,
     return result
 
 
-async def _watch_mirror(proc: subprocess.Popen, target: str, topic: str, ends: dict[int, int],
-                        broker_pids: list[int]) -> dict:
+def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[int, int],
+                  broker_pids: list[int]) -> dict:
+    """Called the instant the mirror says "engine ready": the window opens here."""
     ps = psutil.Process(proc.pid)
-    cluster = Cluster({"bootstrap.servers": target}, "probe")
-    await cluster.start()
-    await cluster.refresh_metadata([topic])
-    conn = await cluster.connection(cluster.leader(topic, min(ends)))
-    version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
     start = ps.cpu_times()
     startup_cpu = start.user + start.system      # interpreter + imports + connect: not per GB
     ready_rss = ps.memory_info().rss             # the fixed base: before anything is fetched
@@ -202,29 +188,26 @@ async def _watch_mirror(proc: subprocess.Popen, target: str, topic: str, ends: d
     brokers.start()
     mine.start()
     t0 = time.monotonic()
-    peak_rss, cpu, next_probe = 0, 0.0, 0.0
+    peak_rss, next_probe = 0, 0.0
     while True:
-        t = ps.cpu_times()
-        cpu = t.user + t.system
         peak_rss = max(peak_rss, ps.memory_info().rss)
         now = time.monotonic()
         if now >= next_probe:
             next_probe = now + 0.02
-            frame = await conn.request_frame(_probe_request(version, topic, ends))
-            resp = codec_impl.decode_fetch_response(frame, version)
-            high = {part.partition: part.high_watermark for tt in resp.topics
-                    for part in tt.partitions}
+            high = watcher.read()
             if all(high.get(p, -1) >= end for p, end in ends.items()):
                 break
+        if proc.poll() is not None:
+            raise RuntimeError(f"mirror exited with status {proc.returncode} before the "
+                               "target caught up")
         if now - t0 > 600:
             raise RuntimeError("mirror did not finish in 600 s")
-        await asyncio.sleep(0.01)
+        time.sleep(0.01)
     wall = time.monotonic() - t0
     t = ps.cpu_times()
     cpu = t.user + t.system
     broker_cpu = brokers.stop()
     mine.stop()
-    await cluster.close()
     return {"wall_s": wall, "cpu_s": cpu - startup_cpu, "startup_cpu_s": startup_cpu,
             "peak_rss_bytes": peak_rss, "ready_rss_bytes": ready_rss,
             "broker_cpu_s": broker_cpu, "wait_s": mine.wait_s[0],
@@ -241,6 +224,11 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
            "--set", f"buffer.memory={buffer_memory}"]
     for s in sets:
         cmd += ["--set", s]
+    # Connected (and, on Kafka, switched to ListOffsets) before the mirror starts: the window
+    # must not include the watcher's own set-up.
+    watcher = HighWatermarks(target, f"{prefix}.{topic}")
+    if any(watcher.read().values()):
+        raise RuntimeError(f"{prefix}.{topic} is not empty before the mirror starts")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
     assert proc.stdout.readline().startswith(b"engine ready")
     spy = None
@@ -251,14 +239,14 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
                  str(proc.pid), "--rate", "200", "--format", "raw", "-o", py_spy,
                  "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
-        result = asyncio.run(_watch_mirror(proc, target, f"{prefix}.{topic}", ends,
-                                           broker_pids))
+        result = _watch_mirror(proc, watcher, ends, broker_pids)
     finally:
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(30)
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+        watcher.close()
     return result
 
 
@@ -281,14 +269,22 @@ def main() -> int:
     parser.add_argument("--phases", default="fetch,produce,mirror")
     parser.add_argument("--py-spy", help="directory: record the mirror with py-spy (raw stacks)")
     parser.add_argument("--out", default="bench_mirror.jsonl")
+    parser.add_argument("--broker", choices=test_clusters.FLAVORS,
+                        help="clusters started here: tansu (default) or Apache Kafka "
+                             "(default: $SHALLOWMIRROR_BROKER)")
+    parser.add_argument("--kafka-home", help="Kafka distribution (default: $KAFKA_HOME)")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     external = embedded.external_from_env()
-    ctx = embedded.embedded_clusters("source", "target") if external is None else None
+    flavor = "external" if external else test_clusters.broker_flavor(
+        args.broker or ("kafka" if args.kafka_home else None))
+    ctx = (test_clusters.started_clusters(flavor, "source", "target", kafka_home=args.kafka_home)
+           if external is None else None)
     clusters = external or ctx.__enter__()
     source, target = clusters[0].bootstrap, clusters[1].bootstrap
-    broker_pids = [c.pid for c in clusters if getattr(c, "embedded", False)]
-    print(f"codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; buffer.memory "
+    broker_pids = [c.pid for c in clusters] if ctx is not None else []
+    print(f"brokers {flavor}; codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; "
+          f"buffer.memory "
           f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'codec':7} {'MB':>6} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
@@ -300,7 +296,7 @@ def main() -> int:
             w = Workload(topic=topic, records=records, partitions=8, codec=codec,
                          value_bytes=200, batch_bytes=1_000_000, linger_ms=50)
             load({"bootstrap.servers": source}, w)
-            ends = asyncio.run(_source_ends(source, topic))
+            ends = _source_ends(source, topic, records)
             total_bytes = _bytes_of(source, topic)
             runs = []
             for rep in range(args.repeat):
