@@ -19,6 +19,7 @@ CRC-32C covers [21, end). Legacy: offset@0 q, size@8 i, crc@12 I (CRC-32 over [1
 magic@16 b, attributes@17 b, [timestamp@18 q if magic 1], keyLength, key, valueLength, value.
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -118,6 +119,10 @@ cdef object _corrupt(str message, object topic, object partition, int64_t offset
     return cls(message, Where(topic=topic, partition=partition, offset=offset, position=position))
 
 
+# No pickling: Cython's generated __setstate__ would let any caller set position and lengths,
+# which the functions below trust (they came from split_batches). The twin's views do not
+# pickle either (they hold a memoryview).
+@cython.auto_pickle(False)
 cdef class BatchView:
     """One batch (or legacy entry) of a record set; ``buffer`` aliases the caller's bytes."""
 
@@ -186,6 +191,7 @@ cdef class BatchView:
                 f"attributes={self.attributes:#x})")
 
 
+@cython.auto_pickle(False)
 cdef class SplitResult:
     """Batches of a record set, the bytes they cover, and whether a truncated tail remains."""
 

@@ -187,3 +187,26 @@ def test_a_legacy_entry_at_the_largest_offset_is_corrupt_in_both():
     struct.pack_into(">q", entry, 0, 2**63 - 1)                  # outside the CRC-32 too
     result = both(lambda impl: impl.split_batches(bytes(entry)))
     assert result[:2] == ("error", "CorruptDataError"), result
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native codec not built")
+def test_native_views_cannot_be_rebuilt_from_a_crafted_state():
+    # Cython's generated pickle support (__setstate_cython__) let any caller set a view's
+    # position to -2**40; rewrite_for_produce then copied from there and the process died.
+    import pickle
+
+    child = run_child("""
+        import pickle
+        from shallowmirror.codec import _crecords as NR
+        view = NR.split_batches(bytes.fromhex(__import__("sys").argv[1])).batches[0]
+        print(hasattr(view, "__setstate_cython__"), hasattr(view, "__reduce_cython__"))
+        for obj in (view, NR.split_batches(b"")):
+            try:
+                pickle.dumps(obj)
+            except TypeError as e:
+                print("TypeError")
+    """, THREE_RECORDS.hex())
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == ["False", "False", "TypeError", "TypeError"]
+    with pytest.raises(TypeError):                      # the twin's views do not pickle either
+        pickle.dumps(_view(twin))
