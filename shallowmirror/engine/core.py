@@ -331,18 +331,29 @@ class EngineCore:
             self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
 
+    @property
+    def _list_offsets_isolation(self) -> int:
+        return 1 if self.settings["isolation.level"] == "read_committed" else 0
+
     async def _list_offset(self, tp: TP, timestamp: int) -> int:
         assert self.source is not None
         backoff = self.backoff()
         while True:
             try:
                 conn = await self.source.leader_connection(*tp)
+                # Under read_committed "latest" is the last stable offset (isolation_level=1, as
+                # the Java consumer asks): past it, records of open transactions would be skipped.
+                # Versions: v1+ (one offset per partition) up to v7, what this code was checked
+                # against (KIP-734's v7 adds max-timestamp lookups we never send), capped again by
+                # what the broker announces.
                 req = ListOffsetsRequest(
-                    replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+                    replica_id=-1, isolation_level=self._list_offsets_isolation,
+                    topics=[ListOffsetsRequest.ListOffsetsTopic(
                         name=tp[0], partitions=[
                             ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                                 partition_index=tp[1], current_leader_epoch=-1,
                                 timestamp=timestamp)])])
+                req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY, (1, 7))
                 resp = await conn.request(req)
                 part = resp.topics[0].partitions[0]
                 if part.error_code == 0:

@@ -51,6 +51,14 @@ _FATAL_GROUP_ERRORS = frozenset({
 })
 
 
+#: Answers of a coordinator that moved, is loading or is briefly unreachable: wait and ask again.
+_RETRIABLE_COORDINATOR_ERRORS = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
+})
+
+
 class GroupMembershipError(ShallowMirrorError):
     """The source cluster refused the mirror's consumer group for a reason retrying cannot fix."""
 
@@ -247,12 +255,36 @@ class Membership:
                                f"{self.group_id} on cluster {self.source_alias} failed: {err}") from err
 
     def _announce(self, consumer: Consumer, partitions: list[TP]) -> None:
-        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=30)
+        committed = self._committed_with_retries(consumer, partitions)
         offsets: dict[TP, int | None] = {}
         for tp in committed:
             offsets[(tp.topic, tp.partition)] = (None if tp.offset in (OFFSET_INVALID,) or
                                                  tp.offset < 0 else tp.offset)
         self._call_engine(self._on_assigned(partitions, offsets))
+
+    def _committed_with_retries(self, consumer: Consumer, partitions: list[TP],
+                                deadline_s: float = 120.0) -> list[TopicPartition]:
+        """``committed()``, retried while the broker answers with a retriable error: a group
+        coordinator that moved or is still loading (NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS on real Kafka right after __consumer_offsets is created)."""
+        import time
+
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        deadline = time.monotonic() + deadline_s
+        delay = 0.1
+        while True:
+            try:
+                return consumer.committed(wanted, timeout=30)
+            except KafkaException as err:
+                error = err.args[0] if err.args else None
+                retriable = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _RETRIABLE_COORDINATOR_ERRORS)
+                if not retriable or time.monotonic() + delay > deadline:
+                    raise
+                log.info("group %s on cluster %s: committed offsets not readable yet (%s); "
+                         "retrying in %.1fs", self.group_id, self.source_alias, error.name(), delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _call_engine(self, coro: Awaitable) -> Any:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]

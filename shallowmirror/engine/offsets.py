@@ -78,6 +78,17 @@ class OffsetMap:
             self._rows.popleft()
             self._bases.popleft()
 
+    def forget_from(self, source_offset: int) -> int:
+        """Drop every row that reaches ``source_offset`` or beyond (the source log restarted
+        below them); returns how many were dropped. Translation of those offsets becomes
+        unknown rather than wrong."""
+        dropped = 0
+        while self._rows and self._rows[-1].source_end > source_offset:
+            self._rows.pop()
+            self._bases.pop()
+            dropped += 1
+        return dropped
+
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -212,6 +223,9 @@ class PartitionOffsets:
             return
         assert not self._entries, "cannot move a partition backwards with batches in flight"
         self._committed = self._end = position
+        # The source log restarted below what was mirrored (topic re-created, truncated): rows
+        # from there on describe records that no longer exist at those offsets.
+        self.offset_map.forget_from(position)
 
     def abandon_pending(self) -> list[Entry]:
         """Forget every unacknowledged entry (partition revoked or stopped); fetching would resume

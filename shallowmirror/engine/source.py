@@ -206,9 +206,14 @@ class Source:
         if part.high_watermark >= 0:
             sp.high_watermark = part.high_watermark
         if sp.skip_to_high_watermark:
+            # tansu answers ListOffsets "latest" wrongly, so "latest" is re-read from the Fetch
+            # response: the high watermark, or under read_committed the last stable offset (past
+            # it lie open transactions whose records must not be skipped).
             sp.skip_to_high_watermark = False
-            self.owner.skip_to(sp, max(sp.high_watermark, sp.fetch_position),
-                              "auto.offset.reset=latest")
+            end = sp.high_watermark
+            if self.read_committed and part.last_stable_offset >= 0:
+                end = part.last_stable_offset
+            self.owner.skip_to(sp, max(end, sp.fetch_position), "auto.offset.reset=latest")
             return
         records = part.records
         if records is None or len(records) == 0:
@@ -485,8 +490,9 @@ class Sources:
                         "auto.offset.reset=%s)", self._where(sp.tp, old), old, old, new - 1,
                         new - old, reset)
         else:
-            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; restarting at %d (auto.offset.reset=%s)",
-                        self._where(sp.tp, old), old, new, reset)
+            log.warning("%s: OFFSET_OUT_OF_RANGE at %d; the source log now ends below what was "
+                        "mirrored (topic re-created or truncated?); restarting at %d "
+                        "(auto.offset.reset=%s)", self._where(sp.tp, old), old, new, reset)
         while new < sp.offsets.end and sp.offsets.pending:
             await asyncio.sleep(0.05)
         sp.offsets.reset(new)

@@ -120,3 +120,26 @@ def test_offset_map_bounded_and_position_translation() -> None:
     assert m.translate_position(27) == 122
     with pytest.raises(AssertionError):
         m.add(MapRow(26, 1, 0))
+
+
+def test_a_source_log_restarting_below_the_mirrored_rows_forgets_them():
+    """Topic re-created (or truncated) on the source: offsets restart at 0, so rows at or past
+    the new position describe records that are gone; translation there becomes unknown, and new
+    rows can be added from the new position without an overlap."""
+    omap = OffsetMap()
+    omap.add(MapRow(0, 300, 0))
+    omap.add(MapRow(300, 200, 300))
+    assert omap.forget_from(350) == 1          # the straddling row goes too
+    assert omap.translate(299) == 299 and omap.translate(300) is None
+    assert omap.forget_from(0) == 1 and len(omap) == 0
+    omap.add(MapRow(0, 300, 500))              # the re-created topic's records, mirrored after
+    assert omap.translate(10) == 510
+
+
+def test_partition_offsets_reset_backwards_clears_the_map_from_there():
+    offsets = PartitionOffsets(0)
+    offsets.offset_map.add(MapRow(0, 500, 0))
+    offsets.reset(500)                          # forward or equal: nothing forgotten
+    assert offsets.offset_map.translate(499) == 499
+    offsets.reset(0)
+    assert offsets.offset_map.translate(0) is None and len(offsets.offset_map) == 0
