@@ -283,6 +283,7 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
     done_lines: list[dict] = []
     ready: dict = {}
     total_cpu: tuple[float, float] | None = None
+    interrupted = False
     try:
         brokers_before = clusters.broker_cpu()
         record["started_at"] = time.time()
@@ -317,6 +318,9 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
                 record["latency_ms_samples"] = _measure_latency(
                     clusters, source.latency_topic, target_latency_topic, run_id,
                     config.latency_probes)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         bar.close()
         exit_code, rusage = (_stop(proc, config.stop_timeout_s, exits_itself=not mirrors)
@@ -325,6 +329,8 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
             sampler.stop()
         if watcher is not None:
             watcher.close()
+        if interrupted and mm2_run is not None:
+            mm2_run.remove()  # Ctrl-C: MirrorMaker 2 is stopped, its files explain nothing
     record["exit_code"] = exit_code
     samples = sampler.samples if sampler else []
     start = record["started_at"]
