@@ -47,8 +47,16 @@ class RawRecord:
     body: memoryview
 
 
-def _varint(data, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
-    """Zigzag varint at ``pos``: (value, next position); never reads at or past ``end``."""
+def _varint(data, pos: int, end: int, max_bytes: int, what: str, index: int = -1
+            ) -> tuple[int, int]:
+    """Zigzag varint at ``pos``: (value, next position); never reads at or past ``end``.
+    ``what`` (of record ``index``) names the field in an error message."""
+    if pos < end:
+        byte = data[pos]
+        if byte < 0x80:                      # one byte: most lengths, deltas and counts
+            return (byte >> 1) ^ -(byte & 1), pos + 1
+    if index >= 0:
+        what = f"record {index} {what}"
     raw = 0
     for i in range(max_bytes):
         if pos + i >= end:
@@ -63,24 +71,25 @@ def _varint(data, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, i
     raise CorruptDataError(f"{what}: varint longer than {max_bytes} bytes")
 
 
-def _skip_bytes(data, pos: int, end: int, what: str, nullable: bool) -> int:
-    length, pos = _varint(data, pos, end, 5, what)
+def _skip_bytes(data, pos: int, end: int, what: str, index: int, nullable: bool) -> int:
+    length, pos = _varint(data, pos, end, 5, what, index)
     if length < (-1 if nullable else 0) or length > end - pos:
-        raise CorruptDataError(f"{what} length {length} does not fit the {end - pos} bytes left")
-    return pos + max(length, 0)
+        raise CorruptDataError(f"record {index} {what} length {length} does not fit the "
+                               f"{end - pos} bytes left")
+    return pos + (length if length > 0 else 0)
 
 
 def _walk_body(data, pos: int, end: int, index: int) -> int:
     """Check key, value and headers of record ``index``; return where they end."""
-    pos = _skip_bytes(data, pos, end, f"record {index} key", True)
-    pos = _skip_bytes(data, pos, end, f"record {index} value", True)
-    count, pos = _varint(data, pos, end, 5, f"record {index} header count")
+    pos = _skip_bytes(data, pos, end, "key", index, True)
+    pos = _skip_bytes(data, pos, end, "value", index, True)
+    count, pos = _varint(data, pos, end, 5, "header count", index)
     if count < 0 or count > (end - pos) // 2:           # a header takes 2 bytes at least
         raise CorruptDataError(f"record {index} header count {count} does not fit the "
                                f"{end - pos} bytes left")
     for _ in range(count):
-        pos = _skip_bytes(data, pos, end, f"record {index} header key", False)
-        pos = _skip_bytes(data, pos, end, f"record {index} header value", True)
+        pos = _skip_bytes(data, pos, end, "header key", index, False)
+        pos = _skip_bytes(data, pos, end, "header value", index, True)
     return pos
 
 
@@ -95,15 +104,14 @@ def iter_raw(data: bytes, *, record_count: int, last_offset_delta: int,
     pos = 0
     previous_delta = -1
     for index in range(record_count):
-        length, pos = _varint(data, pos, end, 5, f"record {index} length")
+        length, pos = _varint(data, pos, end, 5, "length", index)
         if length < MIN_RECORD_BYTES - 1 or length > end - pos:
             raise CorruptDataError(f"record {index} length {length} does not fit the "
                                    f"{end - pos} bytes left")
         record_end = pos + length
         attributes = data[pos]
-        timestamp_delta, pos = _varint(data, pos + 1, record_end, 10,
-                                       f"record {index} timestamp delta")
-        offset_delta, pos = _varint(data, pos, record_end, 5, f"record {index} offset delta")
+        timestamp_delta, pos = _varint(data, pos + 1, record_end, 10, "timestamp delta", index)
+        offset_delta, pos = _varint(data, pos, record_end, 5, "offset delta", index)
         if not previous_delta < offset_delta <= last_offset_delta:
             raise CorruptDataError(f"record {index} offset delta {offset_delta} is not between "
                                    f"{previous_delta + 1} and the last offset delta "
