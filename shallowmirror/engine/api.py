@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shallowmirror.engine.batch import EngineStats
-from shallowmirror.engine.core import TopicsSpec, topic_predicate
+from shallowmirror.engine.discovery import TopicsSpec, topic_predicate
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper
 from shallowmirror.engine.metrics import MetricsSink
 from shallowmirror.net.config import librdkafka_connection

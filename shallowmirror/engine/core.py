@@ -22,9 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest
@@ -32,16 +31,10 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import resolve_settings
+from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
 from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership
-from shallowmirror.engine.metrics import (
-    FlowRecorder,
-    JsonLinesMetricsSink,
-    MetricsSink,
-    NullMetricsSink,
-    new_run_id,
-    process_record,
-)
+from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
@@ -58,21 +51,6 @@ from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
 
-TopicsSpec = Sequence[str] | str | Callable[[str], bool]
-
-
-def topic_predicate(topics: TopicsSpec) -> tuple[Callable[[str], bool], list[str] | None]:
-    """(predicate, explicit list or None) for a list of names, a regex string, or a callable."""
-    if callable(topics):
-        return topics, None
-    if isinstance(topics, str):
-        pattern = re.compile(topics)
-        return (lambda name: pattern.fullmatch(name) is not None), None
-    names = list(topics)
-    wanted = set(names)
-    return (lambda name: name in wanted), names
-
-
 class EngineCore:
     """Everything but the routing decision (see the module docstring)."""
 
@@ -86,11 +64,9 @@ class EngineCore:
         self.source_alias, self.target_alias = source_alias, target_alias
         self.flow = flow or f"{source_alias}->{target_alias}"
         self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._discovery_wake: asyncio.Event | None = None
         self._fatal_event: asyncio.Event | None = None
-        self.set_topics(topics)
         self.runtime = Runtime(self.settings, fail=self.fail)
+        self.discovery = TopicDiscovery(self.runtime, topics, alias=source_alias)
         self.supervisor = self.runtime.supervisor
         self.budget = self.runtime.budget
         self.sinks = Sinks(self.runtime, self, alias=target_alias, source_alias=source_alias)
@@ -104,44 +80,18 @@ class EngineCore:
         self.duplicates_unknown_offset = 0
         self._fatal: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
-        self.run_id = new_run_id()
-        if metrics_sink is None and self.settings["metrics.file"]:
-            metrics_sink = JsonLinesMetricsSink(self.settings["metrics.file"])
-            self._owns_sink = True
-        else:
-            self._owns_sink = False
-        self.metrics_sink: MetricsSink = metrics_sink or NullMetricsSink()
-        self.flow_recorder = FlowRecorder(
-            self.metrics_sink, run_id=self.run_id, flow=self.flow, source_cluster=source_alias,
-            target_cluster=target_alias, interval_s=self.settings["metrics.interval.ms"] / 1000)
+        self.metrics = EngineMetrics(self.settings, metrics_sink, flow=self.flow,
+                                     source_alias=source_alias, target_alias=target_alias,
+                                     budget=self.budget)
         self.source: Cluster | None = None
         self.target: Cluster | None = None
         self.membership: Membership | None = None
-        self._topics_subscribed: list[str] | None = None
-        self._assigned_all: list[TP] | None = None
         self.ready = False
 
     # ------------------------------------------------------------------ configuration
     def set_topics(self, topics: TopicsSpec) -> None:
         """Change the topic set (list, regex or predicate); picked up by the next discovery."""
-        self._topic_filter, self._topic_names = topic_predicate(topics)
-        self._topics_changed = True
-        self._wake_soon(self._discovery_wake)
-
-    def _wake_soon(self, event: asyncio.Event | None) -> None:
-        """Set ``event`` from the engine's loop or from any other thread (no-op before run)."""
-        loop = self._loop
-        if event is None or loop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            event.set()
-        else:
-            with contextlib.suppress(RuntimeError):     # loop closing
-                loop.call_soon_threadsafe(event.set)
+        self.discovery.set_topics(topics)
 
     def backoff(self) -> Backoff:
         return self.runtime.backoff()
@@ -154,8 +104,7 @@ class EngineCore:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Mirror until ``stop`` is set (or a fatal error); commit on the way out."""
         self._stop_event = stop = stop or asyncio.Event()
-        self._loop = loop = asyncio.get_running_loop()
-        self._discovery_wake = asyncio.Event()
+        self.runtime.loop = loop = asyncio.get_running_loop()
         self._fatal_event = asyncio.Event()
         if self._fatal is not None:
             self._fatal_event.set()
@@ -175,9 +124,12 @@ class EngineCore:
                 source_alias=self.source_alias, on_failed=self._membership_failed)
             self.membership.start([])
             source = Where(cluster=self.source_alias)
-            self.supervisor.spawn_loop(self._discovery_loop, what="topic discovery", where=source)
+            self.supervisor.spawn_loop(
+                lambda: self.discovery.run(self.source, self.membership),
+                what="topic discovery", where=source)
             self.supervisor.spawn_loop(self._commit_loop, what="offset commits", where=source)
-            self.supervisor.spawn_loop(self._metrics_loop, what="metrics", where=source)
+            self.supervisor.spawn_loop(lambda: self.metrics.run(lambda: self.stopping),
+                                       what="metrics", where=source)
             self.ready = True
             waiter = asyncio.create_task(stop.wait())
             fatal = asyncio.create_task(self._wait_fatal())
@@ -205,7 +157,7 @@ class EngineCore:
         """End ``run`` with ``err`` (the first fatal error wins; callable from any thread)."""
         if self._fatal is None:
             self._fatal = err
-            self._wake_soon(self._fatal_event)
+            self.runtime.wake_soon(self._fatal_event)
 
     async def _shutdown(self) -> None:
         self.runtime.stopping = True
@@ -233,11 +185,7 @@ class EngineCore:
                 if isinstance(entry.payload, FetchedBatch):
                     entry.payload.abandoned = True
                     entry.payload.release()
-        self.flow_recorder.flush()
-        with contextlib.suppress(Exception):
-            self.metrics_sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
-        if self._owns_sink:
-            self.metrics_sink.close()
+        self.metrics.close()
         for cluster in (self.source, self.target):
             if cluster is not None:
                 with contextlib.suppress(Exception):
@@ -246,50 +194,7 @@ class EngineCore:
     def note_unreachable(self, alias: str, err: BaseException) -> None:
         self.runtime.note_unreachable(alias, err)
 
-    # ------------------------------------------------------------------ discovery & ownership
-    async def _discovery_loop(self) -> None:
-        """Discover topics/partitions at start, every ``metadata.max.age.ms``, at once when the
-        topic set changes (``set_topics``) and, after a failed attempt, with backoff. Between
-        those it sleeps on an event: no polling (one Metadata request per interval, for the
-        named topics or, with a regex/predicate, for all topics)."""
-        assert self.source is not None and self.membership is not None
-        assert self._discovery_wake is not None
-        interval = self.settings["metadata.max.age.ms"] / 1000
-        backoff = self.backoff()
-        next_at = 0.0
-        while not self.stopping:
-            if self._topics_changed or time.monotonic() >= next_at:
-                self._topics_changed = False
-                try:
-                    await self._discover()
-                    backoff.reset()
-                    next_at = time.monotonic() + interval
-                except ConnectionFailedError as err:
-                    self.note_unreachable(self.source_alias, err)
-                    next_at = time.monotonic() + backoff.next_s()
-            self._discovery_wake.clear()
-            if self._topics_changed:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._discovery_wake.wait(),
-                                       max(0.0, next_at - time.monotonic()))
-
-    async def _discover(self) -> None:
-        assert self.source is not None and self.membership is not None
-        meta = await self.source.refresh_metadata(self._topic_names)
-        names = sorted(name for name, tm in meta.topics.items()
-                       if not tm.error_code and not tm.is_internal and not name.startswith("__")
-                       and self._topic_filter(name))
-        if self.membership.mode == "group":
-            if names != self._topics_subscribed:
-                self._topics_subscribed = names
-                self.membership.set_topics(names)
-        else:
-            wanted = sorted((t, p) for t in names for p in (self.source.partitions(t) or []))
-            if wanted != self._assigned_all:
-                self._assigned_all = wanted
-                self.membership.set_partitions(wanted)
-
+    # ------------------------------------------------------------------ ownership
     async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:
         assert self.source is not None
         await self.source.refresh_metadata(sorted({t for t, _ in tps}))
@@ -390,7 +295,7 @@ class EngineCore:
         sp.batches += 1
         sp.bytes += batch.size
         lag = None if sp.high_watermark < 0 else max(0, sp.high_watermark - sp.offsets.committed)
-        self.flow_recorder.batch_acked(
+        self.metrics.flows.batch_acked(
             batch.topic, batch.partition, batch.target_topic or batch.topic,
             compression=batch.compression, records=batch.record_count,
             compressed_bytes=batch.size,
@@ -441,14 +346,6 @@ class EngineCore:
                 sp.last_committed_sent = offset
         self.hooks.offsets_committed(offsets)
 
-    async def _metrics_loop(self) -> None:
-        interval = max(0.2, self.settings["metrics.interval.ms"] / 1000)
-        while not self.stopping:
-            await asyncio.sleep(interval)
-            self.flow_recorder.maybe_flush()
-            if not isinstance(self.metrics_sink, NullMetricsSink):
-                self.metrics_sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
-
     # ------------------------------------------------------------------ queries
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -483,4 +380,4 @@ class EngineCore:
         return str(self._where_obj(tp, offset))
 
 
-__all__ = ["EngineCore", "ShallowMirrorError", "TopicsSpec"]
+__all__ = ["EngineCore", "ShallowMirrorError", "TopicsSpec", "topic_predicate"]

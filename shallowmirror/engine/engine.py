@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine.batch import FetchedBatch
-from shallowmirror.engine.core import EngineCore, TopicsSpec
+from shallowmirror.engine.core import EngineCore
+from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 
 

@@ -35,7 +35,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from typing import Any, TypeVar
 
 from shallowmirror.engine.batch import EngineStats, FetchedBatch
-from shallowmirror.engine.core import EngineCore, TopicsSpec
+from shallowmirror.engine.core import EngineCore
+from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
 

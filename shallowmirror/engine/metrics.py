@@ -3,16 +3,20 @@
 The record layouts are ``shallowmirror.metrics_schema`` (the reports read them). A sink is anything
 with ``emit(record: dict)`` and ``close()``; ``JsonLinesMetricsSink`` writes one JSON object per
 line. ``FlowRecorder`` aggregates acknowledged batches per (topic, partition) over
-``metrics.interval.ms`` (0: one record per batch); ``process_record`` samples CPU and RSS.
+``metrics.interval.ms`` (0: one record per batch); ``process_record`` samples CPU and RSS;
+``EngineMetrics`` is one engine's set of them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Protocol, runtime_checkable
 
@@ -20,6 +24,7 @@ import psutil
 
 from shallowmirror import metrics_schema as schema
 from shallowmirror.codec.layout import COMPRESSION_NAMES
+from shallowmirror.engine.budget import ByteBudget
 
 
 @runtime_checkable
@@ -154,3 +159,38 @@ class FlowRecorder:
             })
         self._pending.clear()
         self._last_flush = time.monotonic()
+
+
+class EngineMetrics:
+    """One engine's metrics: its flow records (per partition and interval) and process records
+    (CPU, RSS, budget in use), written to ``sink`` - or to ``metrics.file`` when no sink is given
+    (then this object owns the file and closes it)."""
+
+    def __init__(self, settings: Mapping[str, Any], sink: MetricsSink | None, *, flow: str,
+                 source_alias: str, target_alias: str, budget: ByteBudget) -> None:
+        self.run_id = new_run_id()
+        self.owns_sink = sink is None and bool(settings["metrics.file"])
+        if self.owns_sink:
+            sink = JsonLinesMetricsSink(settings["metrics.file"])
+        self.sink: MetricsSink = sink or NullMetricsSink()
+        self.budget = budget
+        self.interval_s = max(0.2, settings["metrics.interval.ms"] / 1000)
+        self.flows = FlowRecorder(
+            self.sink, run_id=self.run_id, flow=flow, source_cluster=source_alias,
+            target_cluster=target_alias, interval_s=settings["metrics.interval.ms"] / 1000)
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        """Flush flow records and write a process record every interval (supervised loop)."""
+        while not stopping():
+            await asyncio.sleep(self.interval_s)
+            self.flows.maybe_flush()
+            if not isinstance(self.sink, NullMetricsSink):
+                self.sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
+
+    def close(self) -> None:
+        """Flush what is left, write the last process record, close an owned file."""
+        self.flows.flush()
+        with contextlib.suppress(Exception):
+            self.sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
+        if self.owns_sink:
+            self.sink.close()

@@ -7,6 +7,8 @@ sink side (``sink.Sinks``); neither of them sees the core.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -35,7 +37,24 @@ class Runtime:
         self.budget = ByteBudget(settings["buffer.memory"])
         #: Set once shutdown begins: fetch loops stop, nothing new is started.
         self.stopping = False
+        #: The engine's event loop, once it runs (``wake_soon`` needs it from other threads).
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._unreachable_logged: dict[str, float] = {}
+
+    def wake_soon(self, event: asyncio.Event | None) -> None:
+        """Set ``event`` from the engine's loop or from any other thread (no-op before run)."""
+        loop = self.loop
+        if event is None or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            with contextlib.suppress(RuntimeError):     # loop closing
+                loop.call_soon_threadsafe(event.set)
 
     def backoff(self) -> Backoff:
         """A fresh backoff between ``retry.backoff.ms`` and ``retry.backoff.max.ms``."""

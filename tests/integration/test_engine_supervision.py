@@ -14,6 +14,7 @@ from engine_support import create_target, group, load_topic, run_until_caught_up
 from shallowmirror import codec
 from shallowmirror.engine import MirrorEngine
 from shallowmirror.engine.core import EngineCore
+from shallowmirror.engine.discovery import TopicDiscovery
 from shallowmirror.engine.membership import Membership
 from shallowmirror.engine.metrics import FlowRecorder
 from shallowmirror.engine.sink import Sink, Sinks
@@ -135,7 +136,7 @@ def test_produce_request_transient_error_resends_without_duplicates(
 
 
 @pytest.mark.parametrize(("cls", "method", "settings", "named"), [
-    (EngineCore, "_discover", {}, "topic discovery"),
+    (TopicDiscovery, "discover", {}, "topic discovery"),
     (EngineCore, "commit_now", {"offset.commit.interval.ms": 10}, "offset commits"),
     (FlowRecorder, "maybe_flush", {"metrics.interval.ms": 10}, "metrics"),
 ])
