@@ -340,3 +340,24 @@ def test_magic0_lz4_with_a_correct_checksum_converts_too():
     converted = deep.convert_legacy([view])
     assert [r.value for r in deep.decode_records(converted[0])] == [
         b"inner0-0", b"inner0-1", b"inner0-2"]
+
+
+def test_running_out_of_memory_is_a_located_codec_error():
+    # With the limit raised far beyond the address space, the allocator fails first: that must
+    # surface as CorruptDataError naming the batch, not a bare MemoryError (or an abort).
+    payload = stream_compress("zstd", bytes(1 << 20), 512)
+    batch = v2_batch(payload, codec=4, record_count=3, last_offset_delta=2, base_offset=77)
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (256 << 20, 256 << 20))
+        from shallowmirror.codec import deep
+        from shallowmirror.errors import CorruptDataError
+        data = sys.stdin.buffer.read()
+        unlimited = deep.DecompressionLimit(ratio=1 << 40, max_bytes=1 << 40)
+        try:
+            deep.decode_records(data, limit=unlimited)
+        except CorruptDataError as e:
+            print(type(e).__name__, e.where.offset, "Memory" in str(e))
+    """)], input=batch, cwd=ROOT, capture_output=True, timeout=300)
+    assert child.returncode == 0, child.stderr.decode()[-3000:]
+    assert child.stdout.decode().split() == ["CorruptDataError", "77", "True"]

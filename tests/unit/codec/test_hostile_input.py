@@ -210,3 +210,15 @@ def test_native_views_cannot_be_rebuilt_from_a_crafted_state():
     assert child.stdout.split() == ["False", "False", "TypeError", "TypeError"]
     with pytest.raises(TypeError):                      # the twin's views do not pickle either
         pickle.dumps(_view(twin))
+
+
+def test_a_flipped_batch_length_reads_as_a_partial_tail_in_both():
+    # repro_06: batchLength is outside the CRC; 0x4c -> 0x1004c makes the only batch look cut
+    # by the fetch. Both implementations say so (the documented partial-tail rule); the engine
+    # turns "no complete batch in a full-size fetch" into an error (tests/unit/engine/
+    # test_engine_corrupt_length.py).
+    bad = bytearray(THREE_RECORDS)
+    bad[9] ^= 0x01
+    result = both(lambda impl: (lambda s: (len(s.batches), s.consumed, s.partial))(
+        impl.split_batches(bytes(bad), verify_crc=True)))
+    assert result == ("ok", (0, 0, True))
