@@ -18,14 +18,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=epilog([
             ("shallowmirror brokers A B",
              "two clusters; prints `A.bootstrap.servers = 127.0.0.1:PORT` and the same for B"),
+            ("shallowmirror brokers --kafka-home $KAFKA_HOME A B",
+             "two real Apache Kafka clusters (single-node KRaft) from that distribution"),
         ]),
     )
     p.add_argument("aliases", nargs="*", default=["source", "target"],
                    help="cluster aliases (default: source target)")
+    p.add_argument("--broker", choices=("tansu", "kafka"), default=None,
+                   help="tansu (embedded, the default) or kafka (Apache Kafka from KAFKA_HOME "
+                        "or --kafka-home)")
+    p.add_argument("--kafka-home", metavar="DIR", default=None,
+                   help="an unpacked Apache Kafka 3.x distribution; implies --broker kafka")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from shallowmirror.testing.embedded import main
+    from shallowmirror.testing.clusters import serve_until_signal
 
-    return main(args.aliases)
+    flavor = "kafka" if args.kafka_home else (args.broker or "tansu")
+    return serve_until_signal(args.aliases, flavor=flavor, kafka_home=args.kafka_home)

@@ -52,3 +52,26 @@ def stop_all() -> None:
     """Stop every cluster of any flavor this process started."""
     embedded.stop_all()
     kafka.stop_all()
+
+
+def serve_until_signal(aliases: list[str], *, flavor: str = "tansu", kafka_home=None,
+                       log_dir=None) -> int:
+    """``shallowmirror brokers``: start one cluster per alias, print lines that paste into
+    mm2.properties as they are, and stop them all on Ctrl-C or SIGTERM."""
+    import logging
+    import signal
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    with started_clusters(flavor, *aliases, log_dir=log_dir, kafka_home=kafka_home) as clusters:
+        for cluster in clusters:
+            print(f"{cluster.alias}.bootstrap.servers = {cluster.bootstrap}", flush=True)
+        pids = ", ".join(f"{c.alias} pid {c.pid}" for c in clusters)
+        if flavor == "kafka":
+            where = ", ".join(str(c.work_dir) for c in clusters)
+            what = f"Apache Kafka from {clusters[0].kafka_home} ({pids}); data and logs in {where}"
+        else:
+            what = f"embedded tansu brokers ({pids}), storage in memory only"
+        print(f"# {what}.\n# Stop them with Ctrl-C, or: kill {os.getpid()}", flush=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    return 0

@@ -6,6 +6,7 @@ is found (``KAFKA_HOME``); the tansu starter has its own tests in ``test_foundat
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -129,3 +130,33 @@ def test_sasl_listener_accepts_its_users_and_refuses_others(broker_log_dir):
             while "_AUTHENTICATION" not in seen and time.monotonic() < deadline:
                 admin.poll(0.2)  # error callbacks are served by poll()
             assert "_AUTHENTICATION" in seen, (mechanism, seen)
+
+
+def test_brokers_cli_runs_real_kafka_until_ctrl_c():
+    """`shallowmirror brokers --kafka-home DIR A B`: paste-ready lines, both clusters answer,
+    Ctrl-C stops both JVMs (by pid) and exits 0."""
+    import signal
+
+    home = _kafka_home()
+    proc = subprocess.Popen([sys.executable, "-m", "shallowmirror", "brokers", "--kafka-home",
+                             home, "A", "B"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        addresses = {}
+        for line in lines[:2]:
+            key, _, value = line.strip().partition(" = ")
+            addresses[key] = value
+        assert set(addresses) == {"A.bootstrap.servers", "B.bootstrap.servers"}, lines
+        assert "Apache Kafka" in lines[2] and "pid" in lines[2]
+        pids = [int(p) for p in re.findall(r"pid (\d+)", lines[2])]
+        for bootstrap in addresses.values():
+            assert AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=20).brokers
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert len(pids) == 2 and all(_wait_gone(pid) for pid in pids)
