@@ -26,9 +26,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kafka.protocol.consumer import ListOffsetsRequest
-
-from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import resolve_settings
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
@@ -40,12 +37,9 @@ from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
 from shallowmirror.errors import (
-    BrokerError,
-    ConnectionFailedError,
     LocatedError,
     ShallowMirrorError,
     Where,
-    broker_error_info,
 )
 from shallowmirror.net import Cluster
 
@@ -75,8 +69,7 @@ class EngineCore:
         self.offset_maps: dict[TP, OffsetMap] = {}
         #: Where later features attach: batch acknowledged, offsets committed, assigned/revoked.
         self.hooks = EngineHooks()
-        self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias,
-                               list_offset=self._list_offset)
+        self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias)
         self.duplicates_unknown_offset = 0
         self._fatal: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
@@ -92,9 +85,6 @@ class EngineCore:
     def set_topics(self, topics: TopicsSpec) -> None:
         """Change the topic set (list, regex or predicate); picked up by the next discovery."""
         self.discovery.set_topics(topics)
-
-    def backoff(self) -> Backoff:
-        return self.runtime.backoff()
 
     @property
     def stopping(self) -> bool:
@@ -191,9 +181,6 @@ class EngineCore:
                 with contextlib.suppress(Exception):
                     await cluster.close()
 
-    def note_unreachable(self, alias: str, err: BaseException) -> None:
-        self.runtime.note_unreachable(alias, err)
-
     # ------------------------------------------------------------------ ownership
     async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:
         assert self.source is not None
@@ -235,41 +222,6 @@ class EngineCore:
         if owned:
             self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
-
-    @property
-    def _list_offsets_isolation(self) -> int:
-        return 1 if self.settings["isolation.level"] == "read_committed" else 0
-
-    async def _list_offset(self, tp: TP, timestamp: int) -> int:
-        assert self.source is not None
-        backoff = self.backoff()
-        while True:
-            try:
-                conn = await self.source.leader_connection(*tp)
-                # Under read_committed "latest" is the last stable offset (isolation_level=1, as
-                # the Java consumer asks): past it, records of open transactions would be skipped.
-                # Versions: v1+ (one offset per partition) up to v7, what this code was checked
-                # against (KIP-734's v7 adds max-timestamp lookups we never send), capped again by
-                # what the broker announces.
-                req = ListOffsetsRequest(
-                    replica_id=-1, isolation_level=self._list_offsets_isolation,
-                    topics=[ListOffsetsRequest.ListOffsetsTopic(
-                        name=tp[0], partitions=[
-                            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                                partition_index=tp[1], current_leader_epoch=-1,
-                                timestamp=timestamp)])])
-                req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY, (1, 7))
-                resp = await conn.request(req)
-                part = resp.topics[0].partitions[0]
-                if part.error_code == 0:
-                    return part.offset
-                err = BrokerError(part.error_code, self._where_obj(tp), "in ListOffsets")
-                if not (err.retriable or broker_error_info(part.error_code).invalid_metadata):
-                    raise err
-            except ConnectionFailedError as err:
-                self.note_unreachable(self.source_alias, err)
-            await asyncio.sleep(backoff.next_s())
-            await self.source.refresh_metadata([tp[0]])
 
     def route(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
         """Queue ``batch`` for ``target_topic``/``target_partition`` on the target."""

@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
 from shallowmirror import codec
 from shallowmirror.codec import deep
@@ -344,10 +344,6 @@ Router = Callable[[FetchedBatch], None]
 """The routing decision: called with every kept batch, in fetch order per partition. It sends the
 batch on (``EngineCore.route``), hands it to a program, or drops it; each batch once."""
 
-ListOffset = Callable[[TP, int], Awaitable[int]]
-"""``list_offset(tp, timestamp)``: the offset ListOffsets answers (-2 earliest, -1 latest)."""
-
-
 class Sources:
     """The fetch side of one engine: a ``Source`` per source broker, and the fetch decisions that
     span brokers - which broker a partition is fetched from (attach; relocate when its leader
@@ -356,14 +352,12 @@ class Sources:
     batch goes to ``route``, the routing decision passed in."""
 
     def __init__(self, runtime: Runtime, partitions: Mapping[TP, SourcePartition],
-                 route: Router, *, alias: str,
-                 list_offset: ListOffset) -> None:
+                 route: Router, *, alias: str) -> None:
         self.runtime = runtime
         #: The partitions the engine owns (the core adds and removes them; read here).
         self.partitions = partitions
         self.route = route
         self.alias = alias
-        self.list_offset = list_offset
         self.cluster: Cluster | None = None
         self.by_node: dict[int, Source] = {}
         self._moving: set[TP] = set()
@@ -411,6 +405,43 @@ class Sources:
 
     def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
         self.route(batch)
+
+    @property
+    def _list_offsets_isolation(self) -> int:
+        return 1 if self.settings["isolation.level"] == "read_committed" else 0
+
+    async def list_offset(self, tp: TP, timestamp: int) -> int:
+        """The offset ListOffsets answers for ``tp`` (-2 earliest, -1 latest), retried with
+        backoff through leader moves and lost connections."""
+        assert self.cluster is not None
+        backoff = self.backoff()
+        while True:
+            try:
+                conn = await self.cluster.leader_connection(*tp)
+                # Under read_committed "latest" is the last stable offset (isolation_level=1, as
+                # the Java consumer asks): past it, records of open transactions would be skipped.
+                # Versions: v1+ (one offset per partition) up to v7, what this code was checked
+                # against (KIP-734's v7 adds max-timestamp lookups we never send), capped again by
+                # what the broker announces.
+                req = ListOffsetsRequest(
+                    replica_id=-1, isolation_level=self._list_offsets_isolation,
+                    topics=[ListOffsetsRequest.ListOffsetsTopic(
+                        name=tp[0], partitions=[
+                            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                                partition_index=tp[1], current_leader_epoch=-1,
+                                timestamp=timestamp)])])
+                req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY, (1, 7))
+                resp = await conn.request(req)
+                part = resp.topics[0].partitions[0]
+                if part.error_code == 0:
+                    return part.offset
+                err = BrokerError(part.error_code, self._where_obj(tp), "in ListOffsets")
+                if not (err.retriable or broker_error_info(part.error_code).invalid_metadata):
+                    raise err
+            except ConnectionFailedError as err:
+                self.note_unreachable(err)
+            await asyncio.sleep(backoff.next_s())
+            await self.cluster.refresh_metadata([tp[0]])
 
     # ---- where a partition starts ----
     async def start_position(self, tp: TP, committed: int | None,
