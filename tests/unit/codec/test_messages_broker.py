@@ -21,8 +21,6 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from shallowmirror.testing import embedded
-
 pytestmark = pytest.mark.integration
 
 _FetchTopic = FetchRequest.FetchTopic
@@ -30,16 +28,9 @@ _FetchPartition = _FetchTopic.FetchPartition
 
 
 @pytest.fixture(scope="module")
-def bootstrap():
-    external = embedded.external_from_env()
-    if external is not None:
-        yield external[1].bootstrap
-        return
-    cluster = embedded.start_cluster("codec-messages")
-    try:
-        yield cluster.bootstrap
-    finally:
-        cluster.stop()
+def bootstrap(target_cluster):
+    """The session's target cluster (tansu, Apache Kafka or external): topic names are unique."""
+    return target_cluster.bootstrap
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
