@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
@@ -45,14 +45,24 @@ from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
 
+ClusterFactory = Callable[[Mapping[str, Any], str], Cluster]
+"""``factory(client_config, alias)``: an unstarted cluster (``net.Cluster`` or a scripted one)."""
+MembershipFactory = Callable[..., Membership]
+"""Called with ``Membership``'s arguments; returns a started-on-demand membership."""
+
 class EngineCore:
     """Everything but the routing decision (see the module docstring)."""
 
     def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
                  topics: TopicsSpec, flow: str | None = None, source_alias: str = "source",
                  target_alias: str = "target", settings: Mapping[str, Any] | None = None,
-                 metrics_sink: MetricsSink | None = None, router: Router) -> None:
+                 metrics_sink: MetricsSink | None = None, router: Router,
+                 cluster_factory: ClusterFactory | None = None,
+                 membership_factory: MembershipFactory | None = None) -> None:
         self.settings = resolve_settings(settings)
+        #: How the engine reaches a cluster and joins its group; tests inject scripted ones.
+        self.cluster_factory: ClusterFactory = cluster_factory or Cluster
+        self.membership_factory: MembershipFactory = membership_factory or Membership
         self.source_config = dict(source_config)
         self.target_config = dict(target_config)
         self.source_alias, self.target_alias = source_alias, target_alias
@@ -98,14 +108,14 @@ class EngineCore:
         self._fatal_event = asyncio.Event()
         if self._fatal is not None:
             self._fatal_event.set()
-        self.source = Cluster(self.source_config, self.source_alias)
-        self.target = Cluster(self.target_config, self.target_alias)
+        self.source = self.cluster_factory(self.source_config, self.source_alias)
+        self.target = self.cluster_factory(self.target_config, self.target_alias)
         try:
             await self.source.start()
             await self.target.start()
             self.sources.start(self.source)
             await self.sinks.start(self.target)
-            self.membership = Membership(
+            self.membership = self.membership_factory(
                 self.source_config, group_id=self.group_id,
                 mode=self.settings["partition.assignment"],
                 session_timeout_ms=self.settings["session.timeout.ms"],

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine.batch import FetchedBatch
-from shallowmirror.engine.core import EngineCore
+from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 
@@ -39,10 +39,14 @@ class MirrorEngine(EngineCore):
                  topics: TopicsSpec, topic_mapper: Callable[[str], str] = identity_mapper,
                  flow: str | None = None, source_alias: str = "source",
                  target_alias: str = "target", settings: Mapping[str, Any] | None = None,
-                 metrics_sink: MetricsSink | None = None) -> None:
+                 metrics_sink: MetricsSink | None = None,
+                 cluster_factory: ClusterFactory | None = None,
+                 membership_factory: MembershipFactory | None = None) -> None:
         super().__init__(source_config, target_config, topics=topics, flow=flow,
                          source_alias=source_alias, target_alias=target_alias,
-                         settings=settings, metrics_sink=metrics_sink, router=self._by_topic)
+                         settings=settings, metrics_sink=metrics_sink, router=self._by_topic,
+                         cluster_factory=cluster_factory,
+                         membership_factory=membership_factory)
         self.topic_mapper = topic_mapper
         self._mapped: dict[str, str] = {}
 

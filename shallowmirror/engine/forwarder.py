@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from typing import Any, TypeVar
 
 from shallowmirror.engine.batch import EngineStats, FetchedBatch
-from shallowmirror.engine.core import EngineCore
+from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
@@ -53,13 +53,17 @@ class BatchForwarder(EngineCore):
     def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
                  topics: TopicsSpec, settings: Mapping[str, Any] | None = None,
                  metrics_sink: MetricsSink | None = None, source_alias: str = "source",
-                 target_alias: str = "target", flow: str | None = None) -> None:
+                 target_alias: str = "target", flow: str | None = None,
+                 cluster_factory: ClusterFactory | None = None,
+                 membership_factory: MembershipFactory | None = None) -> None:
         self._fetched: asyncio.Queue[FetchedBatch] = asyncio.Queue()
         # The router hands every fetched batch to the program (the queue this iterates).
         super().__init__(source_config, target_config, topics=topics, flow=flow,
                          source_alias=source_alias, target_alias=target_alias,
                          settings=settings, metrics_sink=metrics_sink,
-                         router=self._fetched.put_nowait)
+                         router=self._fetched.put_nowait,
+                         cluster_factory=cluster_factory,
+                         membership_factory=membership_factory)
         self._stop = asyncio.Event()
         self._runner: asyncio.Task | None = None
 

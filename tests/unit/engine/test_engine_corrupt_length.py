@@ -14,11 +14,11 @@ import uuid
 from typing import Any
 
 import pytest
-from fake_cluster import write_source_batches
 
 from shallowmirror import codec
-from shallowmirror.engine import MirrorEngine, core
+from shallowmirror.engine import MirrorEngine
 from shallowmirror.net import Cluster
+from shallowmirror.testing.fake_cluster import write_source_batches
 from shallowmirror.testing.topics import read_topic
 from shallowmirror.testing.workload import Workload, create_topic
 
@@ -80,7 +80,8 @@ async def run_until_stopped(source: Any, target: Any, topics: list[str], polls: 
     engine = MirrorEngine(source.client_config(), target.client_config(), topics=topics,
                           settings={"partition.assignment": "all", "fetch.max.wait.ms": 100,
                                     "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                                    "retry.backoff.ms": 10})
+                                    "retry.backoff.ms": 10},
+                          cluster_factory=LengthFlippingSourceCluster)
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
     try:
@@ -95,11 +96,10 @@ async def run_until_stopped(source: Any, target: Any, topics: list[str], polls: 
 
 
 def test_a_flipped_batch_length_stops_the_partition_instead_of_refetching_forever(
-        source_cluster, target_cluster, unique_topic, monkeypatch):
+        source_cluster, target_cluster, unique_topic):
     topic = unique_topic("lenflip")
     create_topic(target_cluster.client_config(), Workload(topic=topic, partitions=1))
     asyncio.run(write_source_batches(source_cluster, topic, 1, 3))     # offsets 0..14
-    monkeypatch.setattr(core, "Cluster", LengthFlippingSourceCluster)
 
     stats = asyncio.run(run_until_stopped(source_cluster, target_cluster, [topic]))
     scripted = next(c for c in LengthFlippingSourceCluster.instances if c.scripted)

@@ -1,5 +1,5 @@
 """Produce-side error paths a real broker cannot be made to produce on demand, against the scripted
-FAKE target cluster (tests/unit/engine/fake_cluster.py): the source is the session's real
+FAKE target cluster (shallowmirror/testing/fake_cluster.py): the source is the session's real
 (embedded) source cluster, the target the fake, reached through the engine's public config.
 
 Each test asserts on what the fake received and stored (bytes, producer ids, sequences, order)
@@ -12,7 +12,9 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from fake_cluster import (
+
+from shallowmirror.engine import MirrorEngine
+from shallowmirror.testing.fake_cluster import (
     DUPLICATE_SEQUENCE_NUMBER,
     NOT_LEADER_OR_FOLLOWER,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -21,8 +23,6 @@ from fake_cluster import (
     Stored,
     write_source_batches,
 )
-
-from shallowmirror.engine import MirrorEngine
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Source-side OFFSET_OUT_OF_RANGE, which a real (embedded) broker cannot be made to produce below
-its log start: a SCRIPTED source (tests/unit/engine/fake_cluster.py) wraps the real source's
+its log start: a SCRIPTED source (shallowmirror/testing/fake_cluster.py) wraps the real source's
 connections and plays retention deleting offsets 0..9 right before the engine's first Fetch.
 The target is the real target cluster."""
 
@@ -10,9 +10,9 @@ import logging
 import uuid
 
 import pytest
-from fake_cluster import scripted_source_cluster, write_source_batches
 
-from shallowmirror.engine import MirrorEngine, core
+from shallowmirror.engine import MirrorEngine
+from shallowmirror.testing.fake_cluster import scripted_source_cluster, write_source_batches
 from shallowmirror.testing.topics import read_topic
 from shallowmirror.testing.workload import Workload, create_topic
 
@@ -20,10 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_offset_out_of_range_applies_reset_and_logs_the_skipped_range(
-        source_cluster, target_cluster, unique_topic, monkeypatch, caplog):
+        source_cluster, target_cluster, unique_topic, caplog):
     topic = unique_topic("oor")
     scripted = scripted_source_cluster(log_start_offset=10)
-    monkeypatch.setattr(core, "Cluster", scripted)
     create_topic(target_cluster.client_config(), Workload(topic=topic, partitions=1))
 
     async def main():
@@ -32,7 +31,8 @@ def test_offset_out_of_range_applies_reset_and_logs_the_skipped_range(
                               topics=[topic], settings={
                                   "partition.assignment": "all", "fetch.max.wait.ms": 100,
                                   "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                                  "auto.offset.reset": "earliest", "retry.backoff.ms": 10})
+                                  "auto.offset.reset": "earliest", "retry.backoff.ms": 10},
+                              cluster_factory=scripted)
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop))
         try:

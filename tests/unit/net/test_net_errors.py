@@ -1,5 +1,5 @@
 """Connection error paths a real broker cannot be made to produce, against the scripted FAKE broker
-(tests/unit/net/fake_broker.py). Behaviour with real brokers: tests/integration/test_net.py."""
+(shallowmirror/testing/fake_cluster.py). Behaviour with real brokers: tests/integration/test_net.py."""
 
 from __future__ import annotations
 
@@ -8,14 +8,6 @@ import logging
 import struct
 
 import pytest
-from fake_broker import (
-    CLOSE,
-    FakeBroker,
-    FakeRequest,
-    api_versions_response,
-    default_handler,
-    encode_response,
-)
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
@@ -27,6 +19,14 @@ from shallowmirror.net import (
     RequestTimedOutError,
     UnsupportedVersionError,
     client_settings,
+)
+from shallowmirror.testing.fake_cluster import (
+    CLOSE,
+    FakeBroker,
+    FakeRequest,
+    api_versions_response,
+    default_handler,
+    encode_response,
 )
 
 

@@ -1,25 +1,29 @@
-"""A scripted FAKE target cluster — only for produce-side error paths a real broker cannot be made
-to produce on demand (leader moves, partial failures, sequence and fencing errors, duplicates,
-MESSAGE_TOO_LARGE). Behaviour is tested against real brokers (tests/integration/test_engine_*).
+"""Scripted FAKE Kafka brokers - only for error paths a real broker cannot be made to produce on
+demand. Behaviour is tested against real brokers (tests/integration/); these fakes are named as
+such wherever they are used.
 
-Adapted from tests/unit/net/fake_broker.py (same framing; copied, not imported, so the net tests'
-fake stays as it is). ``FakeTargetCluster`` runs N brokers on 127.0.0.1 that share one state:
-topics and their leaders, one log per partition, and an idempotent producer state modelled on
-Kafka's (per producer id and partition: the next expected sequence; a resent batch already written
-is a DUPLICATE_SEQUENCE_NUMBER, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER). A broker that does not
-lead a partition answers NOT_LEADER_OR_FOLLOWER.
+One serving loop (``ScriptedServer``: size-prefixed frames in, a handler's answer out) carries:
+- ``FakeBroker``: one broker whose ``handler(FakeRequest)`` returns the response frame (without
+  the size prefix, starting at the correlation id), ``None`` to stay silent, or ``CLOSE`` to drop
+  the connection - for the net layer's error paths (never answering, a wrong correlation id, an
+  absurd frame size, a refused ApiVersions version, a rejected SASL mechanism or password).
+- ``FakeTargetCluster``: N brokers (node ids 1..N) sharing topics, leaders, one log per partition
+  and an idempotent producer state modelled on Kafka's (per producer id and partition: the next
+  expected sequence; a resent batch already written is DUPLICATE_SEQUENCE_NUMBER, a sequence gap
+  OUT_OF_ORDER_SEQUENCE_NUMBER); a broker that does not lead a partition answers
+  NOT_LEADER_OR_FOLLOWER - for the engine's produce-side error paths (leader moves, partial
+  failures, sequence and fencing errors, duplicates, MESSAGE_TOO_LARGE). ``script(attempt)`` sees
+  every batch a Produce request carries, before the broker would store it, and returns None
+  (behave like a broker), an error code (answer it, store nothing) or ``Stored(code)`` (store the
+  batch, then answer ``code``: a write whose answer was lost). Every batch received is recorded in
+  ``attempts`` with the answer given. Protocol subset: ApiVersions, Metadata (all topics, whatever
+  was asked), InitProducerId (a new producer id per call), Produce v3-8 (parsed by hand; one batch
+  per partition).
+- ``scripted_source_cluster``: the real source cluster's connections, except for a scripted
+  OFFSET_OUT_OF_RANGE below a moved log start (retention a real broker cannot be made to run on
+  demand); ``write_source_batches`` writes known batches to a real source cluster.
 
-``script(attempt)`` sees every batch a Produce request carries, before the broker would store it,
-and returns None (behave like a broker), an error code (answer it, store nothing) or
-``Stored(code)`` (store the batch, then answer ``code``: a write whose answer was lost). Every
-batch received is recorded in ``attempts`` with the answer given.
-
-Protocol subset: ApiVersions, Metadata (all topics, whatever was asked), InitProducerId (a new
-producer id per call), Produce v3-8 (parsed by hand; one batch per partition).
-
-``scripted_source_cluster`` is the source-side counterpart: the real source cluster's connections,
-except for a scripted OFFSET_OUT_OF_RANGE below a moved log start (retention a real embedded broker
-cannot be made to run on demand). ``write_source_batches`` writes known batches to the source.
+Responses are encoded with kafka-python's protocol classes.
 """
 
 from __future__ import annotations
@@ -37,6 +41,123 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from shallowmirror import codec
 from shallowmirror.net import Cluster
 from shallowmirror.testing.workload import Workload, create_topic
+
+CLOSE = object()
+
+
+@dataclass
+class FakeRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    body: bytes          # after the request header's client id (tagged fields not stripped)
+
+
+Handler = Callable[[FakeRequest], Any]
+
+
+def encode_response(response: Any, correlation_id: int) -> bytes:
+    """A kafka-python response object as a frame body (no size prefix)."""
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True))
+
+
+def api_versions_response(correlation_id: int, version: int = 3, error_code: int = 0,
+                          keys: dict[int, tuple[int, int]] | None = None) -> bytes:
+    """ApiVersions answer listing ``keys`` (default: ApiVersions 0..3, Metadata 0..12,
+    SaslHandshake 0..1, SaslAuthenticate 0..2)."""
+    keys = keys or {18: (0, 3), 3: (0, 12), 17: (0, 1), 36: (0, 2)}
+    entries = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+               for k, (lo, hi) in keys.items()]
+    return encode_response(ApiVersionsResponse(error_code=error_code, api_keys=entries,
+                                               throttle_time_ms=0, version=version),
+                           correlation_id)
+
+
+def metadata_response(correlation_id: int, version: int, port: int) -> bytes:
+    """Metadata answer with one broker (node 1 on 127.0.0.1:port) and no topics."""
+    broker = MetadataResponse.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=port,
+                                                     rack=None)
+    return encode_response(MetadataResponse(throttle_time_ms=0, brokers=[broker],
+                                            cluster_id="fake", controller_id=1, topics=[],
+                                            version=version), correlation_id)
+
+
+def default_handler(port_of: Callable[[], int]) -> Handler:
+    """Answers ApiVersions and Metadata like a healthy one-broker cluster."""
+
+    def handle(req: FakeRequest) -> Any:
+        if req.api_key == 18:
+            return api_versions_response(req.correlation_id, min(req.api_version, 3))
+        if req.api_key == 3:
+            return metadata_response(req.correlation_id, req.api_version, port_of())
+        return CLOSE
+
+    return handle
+
+
+class FakeBroker:
+    """Scripted broker on 127.0.0.1:<free port>; ``requests`` records what it received."""
+
+    def __init__(self, handler: Handler | None = None):
+        self.handler = handler or default_handler(lambda: self.port)
+        self.requests: list[FakeRequest] = []
+        self.connections = 0
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> FakeBroker:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.append(writer)
+
+        def answer(request: FakeRequest) -> Any:
+            self.requests.append(request)
+            return self.handler(request)
+
+        await serve_frames(reader, writer, answer)
+
+
+async def serve_frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       answer: Handler) -> None:
+    """The one serving loop of every fake: read size-prefixed request frames, write the size-
+    prefixed ``answer(request)`` (None: stay silent; ``CLOSE``: drop the connection)."""
+    try:
+        while True:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            frame = await reader.readexactly(size)
+            api_key, api_version, correlation_id, id_len = struct.unpack_from(">hhih", frame)
+            body = frame[10 + max(id_len, 0):]
+            reply = answer(FakeRequest(api_key, api_version, correlation_id, body))
+            if reply is CLOSE:
+                break
+            if reply is not None:
+                writer.write(struct.pack(">i", len(reply)) + reply)
+                await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+        pass            # client gone, or the test's loop shutting down
+    finally:
+        writer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The scripted target cluster.
 
 NOT_LEADER_OR_FOLLOWER = 6
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -90,12 +211,6 @@ class _ProducerState:
 
 
 Script = Callable[[Attempt], "int | Stored | None"]
-
-
-def _frame(response: Any, correlation_id: int) -> bytes:
-    response.with_header(correlation_id=correlation_id)
-    body = bytes(response.encode(header=True))
-    return struct.pack(">i", len(body)) + body
 
 
 def _string(buf: bytes, pos: int) -> tuple[str | None, int]:
@@ -179,43 +294,30 @@ class FakeTargetCluster:
     async def _serve(self, node_id: int, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                frame = await reader.readexactly(size)
-                api_key, version, cid, id_len = struct.unpack_from(">hhih", frame)
-                body = frame[10 + max(id_len, 0):]
-                answer = self._handle(node_id, api_key, version, cid, body)
-                if answer is None:
-                    break
-                writer.write(answer)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass            # client gone, or the test's loop shutting down
-        finally:
-            writer.close()
+        await serve_frames(reader, writer, lambda r: self._handle(
+            node_id, r.api_key, r.api_version, r.correlation_id, r.body))
 
     def _handle(self, node_id: int, api_key: int, version: int, cid: int,
-                body: bytes) -> bytes | None:
+                body: bytes) -> Any:
         if api_key == 18:                      # ApiVersions
             keys = {18: (0, 3), 3: (1, 12), 22: (0, 5), 0: (3, 8)}
             entries = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                        for k, (lo, hi) in keys.items()]
-            return _frame(ApiVersionsResponse(error_code=0, api_keys=entries,
+            return encode_response(ApiVersionsResponse(error_code=0, api_keys=entries,
                                               throttle_time_ms=0, version=min(version, 3)), cid)
         if api_key == 3:
             self.metadata_requests += 1
-            return _frame(self._metadata(version), cid)
+            return encode_response(self._metadata(version), cid)
         if api_key == 22:                      # InitProducerId: a new id each time
             producer_id = 1000 + len(self.producer_ids)
             self.producer_ids.append(producer_id)
-            return _frame(InitProducerIdResponse(throttle_time_ms=0, error_code=0,
+            return encode_response(InitProducerIdResponse(throttle_time_ms=0, error_code=0,
                                                  producer_id=producer_id, producer_epoch=0,
                                                  version=version), cid)
         if api_key == 0:
             self.produce_requests += 1
-            return _frame(self._produce(node_id, version, body), cid)
-        return None                            # anything else: close the connection
+            return encode_response(self._produce(node_id, version, body), cid)
+        return CLOSE                           # anything else: close the connection
 
     def _metadata(self, version: int) -> Any:
         brokers = [MetadataResponse.MetadataResponseBroker(node_id=n, host="127.0.0.1",
