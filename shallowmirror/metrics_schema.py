@@ -20,7 +20,8 @@ kind = "bench_run" — written by the benchmark harness, one per mirror run:
     run_id, started_at, mode ("shallow"|"deep-confluent"|"deep-kafka-python"|"external"|
     "fetch-only"), repeat (0-based), workload_id,
     workload {codec, value_bytes, batch_bytes, partitions, records},
-    wall_s (start of mirror -> last record on target), cpu_user_s, cpu_sys_s (mirror's process
+    wall_s (the mode's "ready" -> last record on target), startup_s (process start -> "ready";
+    progress_samples and rss_samples count from process start), cpu_user_s, cpu_sys_s (mirror's process
     tree), peak_rss_bytes (sampled), records, compressed_bytes, uncompressed_bytes,
     latency_ms_samples [float] (end-to-end: source append -> target append),
     progress_samples [[t_since_start_s, records_on_target, compressed_bytes_on_target]],
@@ -42,7 +43,8 @@ PROCESS_FIELDS = (
     "time", "run_id", "pid", "cpu_user_s", "cpu_sys_s", "rss_bytes", "budget_bytes_in_use",
 )
 BENCH_RUN_FIELDS = (
-    "run_id", "started_at", "mode", "repeat", "workload_id", "workload", "wall_s", "cpu_user_s",
+    "run_id", "started_at", "mode", "repeat", "workload_id", "workload", "wall_s", "startup_s",
+    "cpu_user_s",
     "cpu_sys_s", "peak_rss_bytes", "records", "compressed_bytes", "uncompressed_bytes",
     "latency_ms_samples", "progress_samples", "rss_samples", "ok", "error", "machine", "version",
     "codec_impl",

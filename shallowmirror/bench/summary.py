@@ -113,7 +113,7 @@ def _f(value: float | None, fmt: str = "{:.1f}") -> str:
 
 def format_table(table: list[Row]) -> str:
     """A plain-text (Markdown-compatible) table, one line per workload and mode."""
-    head = ("| workload | ratio | mode | runs | MB/s (min..max) | CPU s/GB (min..max) "
+    head = ("| workload | ratio | mode | runs | MB/s compressed (min..max) | CPU s/GB (min..max) "
             "| peak RSS MB | lat p50/p99 ms |")
     lines = [head, "|" + "---|" * 8]
     for r in table:

@@ -108,9 +108,8 @@ def _partitions(args: argparse.Namespace, existing: int | None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from shallowmirror.errors import ShallowMirrorError
-    from shallowmirror.testing.workload import Workload, load
-
     from shallowmirror.net.config import parse_host_port
+    from shallowmirror.testing.workload import Workload, load
 
     for entry in args.bootstrap_servers.split(","):
         try:

@@ -79,7 +79,11 @@ def _unexpected(command: str, err: BaseException) -> int:
     if isinstance(err, ShallowMirrorError):
         print(f"shallowmirror {command}: {err}", file=sys.stderr)
         return 2 if err.__class__.__name__ == "ConfigError" else 1
-    print(f"shallowmirror {command}: unexpected {type(err).__name__}: {err} (this is a bug; "
+    try:
+        text = str(err)
+    except Exception:  # noqa: BLE001 - some exceptions cannot print themselves (py4j's)
+        text = "(no description)"
+    print(f"shallowmirror {command}: unexpected {type(err).__name__}: {text} (this is a bug; "
           "--log-level DEBUG shows where it happened)", file=sys.stderr)
     return 1
 

@@ -573,6 +573,11 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
             problems.extend(p for p in err.problems if p not in problems)
             continue
         engine_raw.setdefault("group.id", f"shallowmirror-{source}-{target}")
+        if str(engine_raw.get("partition.assignment", "")).strip() == "all" \
+                and settings["tasks.max"] > 1:
+            problems.append(f"{flow}: partition.assignment=all gives every partition to each "
+                            f"engine, so tasks.max must be 1 (it is {settings['tasks.max']}); "
+                            "run it in one process only")
         try:
             from shallowmirror.engine.config import resolve_settings
             resolve_settings(engine_raw, context=flow)

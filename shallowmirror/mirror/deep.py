@@ -87,6 +87,9 @@ class DeepFlowRunner:
         self._delivered: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._assigned: set[tuple[str, int]] = set()
+        #: Assigned partitions without a committed offset (they start at the log start).
+        self._from_log_start: set[tuple[str, int]] = set()
+        self._reset_earliest = settings.get("auto.offset.reset", "earliest") == "earliest"
         self._failure: BaseException | None = None
         self._producers: dict[str, Producer] = {}
         self._topic_codec: dict[str, str] = {}
@@ -159,6 +162,10 @@ class DeepFlowRunner:
         return producer
 
     def _loop(self, halt: threading.Event) -> None:
+        if self.metrics_sink is not None:  # the first CPU/RSS sample, before any work
+            from shallowmirror.engine.metrics import process_record
+
+            self.metrics_sink.emit(process_record(self._run_id, None))
         consumer = build_client(Consumer, self._source_config,
                                 what=f"flow {self.flow} deep consumer")
         subscribed: list[str] = []
@@ -268,6 +275,11 @@ class DeepFlowRunner:
                 "records": records - before[0], "compressed_bytes": None,
                 "uncompressed_bytes": nbytes - before[1], "latency_ms": None,
                 "latency_ms_max": None, "offset_lag": lag})
+        # CPU and RSS of this process, as the shallow engine writes them: the report compares
+        # the two paths' CPU per GB and memory from these.
+        from shallowmirror.engine.metrics import process_record
+
+        self.metrics_sink.emit(process_record(self._run_id, None))
 
     def _partition(self, key: tuple[str, int]) -> PartitionStats:
         stats = self._stats.get(key)
@@ -291,13 +303,16 @@ class DeepFlowRunner:
         for tp in assigned:
             key = (tp.topic, tp.partition)
             try:
-                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                low, high = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
-                high = None
+                low = high = None
             with self._lock:
                 stats = self._partition(key)
                 if high is not None and high >= 0:
                     stats.high_watermark = high
+                if stats.position < 0 and key in self._from_log_start and low is not None \
+                        and low >= 0 and self._reset_earliest:
+                    stats.position = low  # no committed offset: it starts at the log start
                 if key in positions:
                     stats.position = max(stats.position, positions[key])
 
@@ -325,8 +340,27 @@ class DeepFlowRunner:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
+        self._note_start_positions(consumer, partitions)
         log.info("flow %s: deep path assigned %s", self.flow,
                  ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "nothing")
+
+    def _note_start_positions(self, consumer: Consumer,
+                              partitions: list[TopicPartition]) -> None:
+        """Each assigned partition's committed offset as its position, so that its lag is known
+        before its first record is delivered (else the flow's lag leaves it out)."""
+        try:
+            committed = consumer.committed(partitions, timeout=10)
+        except KafkaException as err:
+            log.debug("flow %s: committed offsets unknown at assignment: %s", self.flow, err)
+            return
+        with self._lock:
+            for tp in committed:
+                key = (tp.topic, tp.partition)
+                if tp.offset >= 0:
+                    stats = self._partition(key)
+                    stats.position = max(stats.position, tp.offset)
+                else:
+                    self._from_log_start.add(key)
 
     def _make_on_revoke(self, consumer: Consumer) -> Callable:
         def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -341,8 +375,9 @@ class DeepFlowRunner:
 
     def stats(self) -> FlowStats:
         with self._lock:
+            # A partition given up at shutdown keeps its position: its lag still counts.
             parts = {k: PartitionStats(**vars(v)) for k, v in self._stats.items()
-                     if k in self._assigned or v.records}
+                     if k in self._assigned or v.records or v.position >= 0}
             for key in self._assigned:
                 parts.setdefault(key, PartitionStats(*key))
         return FlowStats(self.flow, "deep", parts)

@@ -113,6 +113,9 @@ class FlowRunner:
         #: True when the flow had to be abandoned at shutdown (no final commit).
         self.unclean = False
         self._source_codecs: dict[str, str] = {}
+        #: monotonic time the runners got their first partitions (None: still starting/joining).
+        self.mirroring_since: float | None = None
+        self._started_at = time.monotonic()
 
     @property
     def name(self) -> str:
@@ -136,10 +139,12 @@ class FlowRunner:
         if self.flow.shallow:
             engine_cls = _engine_classes()
             settings = dict(self.flow.engine_settings)
-            return engine_cls(source, target, topics=list(self.ready_topics),
-                              topic_mapper=self.flow.remote_topic, flow=self.flow.name,
-                              source_alias=self.flow.source, target_alias=self.flow.target,
-                              settings=settings, metrics_sink=self.metrics_sink)
+            engine = engine_cls(source, target, topics=list(self.ready_topics),
+                                topic_mapper=self.flow.remote_topic, flow=self.flow.name,
+                                source_alias=self.flow.source, target_alias=self.flow.target,
+                                settings=settings, metrics_sink=self.metrics_sink)
+            self._maybe_sample_process(getattr(getattr(engine, "metrics", None), "run_id", None))
+            return engine
         from shallowmirror.mirror.deep import DeepFlowRunner
 
         runner = DeepFlowRunner(flow=self.flow.name, source_config=source, target_config=target,
@@ -150,6 +155,16 @@ class FlowRunner:
                                 target_alias=self.flow.target)
         runner.set_topics(list(self.ready_topics))
         return runner
+
+    def _maybe_sample_process(self, run_id: str | None) -> None:
+        """A process record (CPU, RSS) as a runner starts: the engine writes them every
+        metrics interval and at its end, so a run shorter than one interval would otherwise
+        have a single sample and no CPU figure in the report."""
+        if self.metrics_sink is None or run_id is None:
+            return
+        from shallowmirror.engine.metrics import process_record
+
+        self.metrics_sink.emit(process_record(run_id, None))
 
     async def _connect(self, stop: asyncio.Event) -> None:
         def build() -> TopicSync:
@@ -273,6 +288,7 @@ class FlowRunner:
         tasks = [asyncio.create_task(self._supervise(r, local)) for r in self.runners]
         tasks.append(asyncio.create_task(self._housekeeping(local)))
         self.state = "running"
+        watcher = asyncio.create_task(self._watch_start(local))
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         finally:
@@ -281,6 +297,7 @@ class FlowRunner:
             grace_s = self.flow.settings["task.shutdown.graceful.timeout.ms"] / 1000
             _done, pending = await asyncio.wait(tasks, timeout=grace_s)
             relay.cancel()
+            watcher.cancel()
             if pending:
                 self.unclean = True
                 log.error("flow %s: did not stop within task.shutdown.graceful.timeout.ms="
@@ -295,6 +312,47 @@ class FlowRunner:
                 self.state = "failed"
                 raise task.exception()
         self.state = "stopped"
+
+    def _owned_partitions(self) -> int:
+        owned = 0
+        for runner in self.runners:
+            with contextlib.suppress(Exception):  # a runner still starting has no stats yet
+                owned += len(runner.stats().partitions)
+        return owned
+
+    def waiting_for(self) -> str | None:
+        """What a running flow waits for before it can mirror (for the status line), or None."""
+        if self.state != "running" or not self.ready_topics or self.mirroring_since is not None:
+            return None
+        assignment = self.flow.engine_settings.get("partition.assignment", "group")
+        if self.flow.shallow and assignment == "all":
+            return f"assigning every partition of {len(self.ready_topics)} topics"
+        return (f"joining consumer group {self.flow.engine_settings.get('group.id')} on "
+                f"cluster {self.flow.source}")
+
+    async def _watch_start(self, stop: asyncio.Event) -> None:
+        """Log when the flow starts mirroring, how long the start took and, when the group join
+        was most of it, how a single process skips it (partition.assignment=all)."""
+        while not stop.is_set() and not self._owned_partitions():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+        if stop.is_set():
+            return
+        self.mirroring_since = time.monotonic()
+        owned = 0
+        while not stop.is_set() and self._owned_partitions() != owned:  # assigned one by one
+            owned = self._owned_partitions()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+        took = self.mirroring_since - self._started_at
+        grouped = not self.flow.shallow or \
+            self.flow.engine_settings.get("partition.assignment", "group") == "group"
+        hint = ""
+        if grouped and took > 2.0 and self.flow.settings["tasks.max"] == 1 and self.flow.shallow:
+            hint = (f"; most of it is the consumer group's first join: a flow run by a single "
+                    f"process can skip it with {self.name}.partition.assignment = all")
+        log.info("flow %s: mirroring %d partitions, %.1fs after start%s", self.name, owned,
+                 took, hint)
 
     @staticmethod
     async def _relay(stop: asyncio.Event, local: asyncio.Event) -> None:

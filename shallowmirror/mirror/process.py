@@ -121,9 +121,10 @@ class MirrorProcess:
                 await asyncio.wait_for(self.stop.wait(), self.status_interval_s)
             if self.stop.is_set():
                 return
-            states = {f.name: f.state for f in self.flows}
-            for line in reporter.lines(self.snapshots(), states):
-                status_log.info("%s", line)
+            states = {f.name: f.waiting_for() or f.state for f in self.flows}
+            snapshots = self.snapshots()
+            for snap, line in zip(snapshots, reporter.lines(snapshots, states), strict=True):
+                status_log.info("%s", line, extra={"flow": snap.flow})
 
     async def _caught_up_loop(self) -> None:
         started = time.monotonic()
@@ -207,8 +208,10 @@ class MirrorProcess:
                     loop.remove_signal_handler(sig)
         if any(f.unclean for f in self.flows):
             self.exit_code = self.exit_code or 1
+        mirroring = [f.mirroring_since for f in self.flows if f.mirroring_since is not None]
         summary = summarize(self.snapshots(), wall_s=time.monotonic() - started,
-                            cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up)
+                            cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up,
+                            startup_s=min(mirroring) - started if mirroring else None)
         self._report(summary)
         return self.exit_code
 

@@ -55,6 +55,12 @@ class FlowStats:
 
     @property
     def lag(self) -> int | None:
+        """Lag summed over the partitions where it is known (see ``lag_unknown``)."""
         lags = [p.lag for p in self.partitions.values()]
         known = [x for x in lags if x is not None]
         return sum(known) if known else None
+
+    @property
+    def lag_unknown(self) -> int:
+        """Partitions whose lag is not known yet: ``lag`` leaves them out, so it is a minimum."""
+        return sum(1 for p in self.partitions.values() if p.lag is None)

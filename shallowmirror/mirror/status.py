@@ -68,11 +68,10 @@ class StatusReporter:
                 dt = now - last.time
                 mbps = (snap.bytes - last.bytes) / dt / _MB
                 rps = (snap.records - last.records) / dt
-            lag = snap.lag
             topics = {t for t, _p in snap.partitions}
             state = (states or {}).get(snap.flow, "")
             line = (f"status {snap.flow} {snap.mode}: {mbps:.1f} MB/s, {rps:,.0f} records/s, "
-                    f"lag {'unknown' if lag is None else f'{lag:,} records'}, "
+                    f"lag {lag_text(snap.lag, snap.lag_unknown)}, "
                     f"{len(topics)} topics/{len(snap.partitions)} partitions, "
                     f"{snap.records:,} records mirrored")
             if state and state != "running":
@@ -81,6 +80,17 @@ class StatusReporter:
                 line += f"; {len(snap.errors)} error(s): " + "; ".join(snap.errors[:3])
             out.append(line)
         return out
+
+
+def lag_text(lag: int | None, unknown: int) -> str:
+    """``12,000 records``, ``at least 12,000 records (2 partitions not measured yet)`` or
+    ``unknown``: a partial sum is never shown as if it were the whole lag."""
+    if lag is None:
+        return "unknown"
+    if unknown:
+        return (f"at least {lag:,} records ({unknown} partition{'s' if unknown > 1 else ''} not "
+                "measured yet)")
+    return f"{lag:,} records"
 
 
 def cpu_seconds() -> float:
@@ -99,34 +109,41 @@ class Summary:
     wall_s: float
     cpu_s: float
     caught_up: bool
+    #: Seconds from start until the first partitions were mirrored (connect, group join).
+    startup_s: float | None = None
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes / _MB / self.wall_s if self.wall_s > 0 else 0.0
+        """MB/s while mirroring: the start-up (group join) is not mirroring time."""
+        busy_s = self.wall_s - (self.startup_s or 0.0)
+        return self.bytes / _MB / busy_s if busy_s > 0 else 0.0
 
     def text(self) -> str:
+        startup = (f", after {self.startup_s:.1f} s of start-up"
+                   if self.startup_s is not None else "")
         lines = [f"mirrored {self.records:,} records, {self.bytes / _MB:.1f} MB in "
-                 f"{self.wall_s:.1f} s ({self.mb_per_s:.1f} MB/s), CPU {self.cpu_s:.1f} s"
-                 + (" — caught up" if self.caught_up else "")]
+                 f"{self.wall_s:.1f} s ({self.mb_per_s:.1f} MB/s{startup}), CPU "
+                 f"{self.cpu_s:.1f} s" + (" — caught up" if self.caught_up else "")]
         for name, f in self.flows.items():
             # The shallow path counts batch bytes as stored; the deep path key + value bytes.
             kind = "compressed" if f["mode"] == "shallow" else "uncompressed"
             lines.append(f"  {name} ({f['mode']}): {f['records']:,} records, "
                          f"{f['bytes'] / _MB:.1f} MB {kind}, {f['topics']} topics, lag "
-                         f"{'unknown' if f['lag'] is None else f['lag']}")
+                         f"{lag_text(f['lag'], f['lag_unknown'])}")
             lines += [f"    error: {e}" for e in f["errors"]]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"flows": self.flows, "records": self.records, "bytes": self.bytes,
                 "wall_s": self.wall_s, "cpu_s": self.cpu_s, "mb_per_s": self.mb_per_s,
-                "caught_up": self.caught_up}
+                "startup_s": self.startup_s, "caught_up": self.caught_up}
 
 
 def summarize(snapshots: Sequence[FlowStats], *, wall_s: float, cpu_s: float,
-              caught_up: bool) -> Summary:
+              caught_up: bool, startup_s: float | None = None) -> Summary:
     flows = {s.flow: {"mode": s.mode, "records": s.records, "bytes": s.bytes, "lag": s.lag,
-                      "topics": len({t for t, _p in s.partitions}), "errors": list(s.errors)}
+                      "lag_unknown": s.lag_unknown, "topics": len({t for t, _p in s.partitions}),
+                      "errors": list(s.errors)}
              for s in snapshots}
     return Summary(flows, sum(s.records for s in snapshots), sum(s.bytes for s in snapshots),
-                   wall_s, cpu_s, caught_up)
+                   wall_s, cpu_s, caught_up, startup_s)

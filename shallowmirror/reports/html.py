@@ -220,20 +220,33 @@ def _grouped_bars(summary: Sequence[Row], metric: str, ylabel: str, title: str,
     return _png(fig)
 
 
+def _run_t(row: Row) -> float:
+    """Seconds since the mode was ready (``run_t_s``; older series only have ``t_s``)."""
+    value = row.get("run_t_s")
+    return float(row["t_s"] if value is None else value)
+
+
 def _series_panels(series: Sequence[Row], y: str, ylabel: str, title: str,
                    panel_key: Callable[[Row], str], line_key: Callable[[Row], str],
                    colour: Callable[[str], str | None], scale: float = 1.0,
-                   max_panels: int = 6, share_of_run: bool = False) -> str | None:
+                   max_panels: int = 6, share_of_run: bool = False,
+                   step_s: float | None = None) -> str | None:
     """Line plots of ``y`` over ``t_s``, one panel per ``panel_key``, one line per ``line_key``.
 
     With ``share_of_run`` the x axis is the percentage of each run's ``wall_s`` and the legend
     gives the run's length: a deep mirror may run 20x longer than a shallow one, and on one
     time axis the shallow line would shrink to a few pixels.
+
+    With ``step_s`` each point is a window of that width starting at ``t_s``, drawn as a step
+    over the whole window: a run that fits in one window is a level line, not a lone dot.
     """
     rows = [r for r in series if r.get(y) is not None and r.get("t_s") is not None]
     if share_of_run:
-        rows = [{**r, "t_s": 100.0 * r["t_s"] / r["wall_s"]} for r in rows
-                if r.get("wall_s")]
+        # run_t_s counts from the mode's "ready", as wall_s does: 0-100 % is the mirroring;
+        # start-up and the harness's wind-down after the last record are left out.
+        # (Sample times are rounded to 1 ms: the last one may pass wall_s by that much.)
+        rows = [{**r, "t_s": min(100.0, 100.0 * _run_t(r) / r["wall_s"])} for r in rows
+                if r.get("wall_s") and 0.0 <= _run_t(r) <= r["wall_s"] * 1.01 + 0.002]
     if not rows:
         return None
     panels: dict[str, dict[str, list[Row]]] = {}
@@ -248,7 +261,12 @@ def _series_panels(series: Sequence[Row], y: str, ylabel: str, title: str,
         for line, points in sorted(panels[name].items(), key=lambda kv: _mode_key(kv[0])):
             points.sort(key=lambda r: r["t_s"])
             label = f"{line} ({_num(points[0]['wall_s'], 2)} s)" if share_of_run else line
-            ax.plot([p["t_s"] for p in points], [p[y] / scale for p in points], label=label,
+            xs, ys = [p["t_s"] for p in points], [p[y] / scale for p in points]
+            if step_s:
+                ax.plot(xs + [xs[-1] + step_s], ys + [ys[-1]], label=label, color=colour(line),
+                        linewidth=1.4, drawstyle="steps-post")
+                continue
+            ax.plot(xs, ys, label=label,
                     color=colour(line), linewidth=1.4, marker="." if len(points) < 30 else None)
         ax.set_title(name, fontsize=9, loc="left")
         ax.set_xlabel("% of the run" if share_of_run else "seconds since start", fontsize=8)
@@ -274,9 +292,13 @@ def _process_plot(series: Sequence[Row]) -> str | None:
     for name, points in sorted(lines.items()):
         points.sort(key=lambda r: r["t_s"])
         cores = [p for p in points if p.get("cpu_cores") is not None]
-        axes[0][0].plot([p["t_s"] for p in cores], [p["cpu_cores"] for p in cores], label=name)
+        # A short run has a sample or two: markers keep them visible.
+        marker = "." if len(points) < 30 else None
+        axes[0][0].plot([p["t_s"] for p in cores], [p["cpu_cores"] for p in cores], label=name,
+                        marker=marker)
         axes[0][1].plot([p["t_s"] for p in points],
-                        [(p["rss_bytes"] or 0) / 1e6 for p in points], label=name)
+                        [(p["rss_bytes"] or 0) / 1e6 for p in points], label=name,
+                        marker=marker)
     axes[0][0].set_ylabel("CPU cores in use")
     axes[0][1].set_ylabel("RSS (MB)")
     for ax, title in zip(axes[0], ("Engine CPU", "Engine memory"), strict=True):
@@ -448,10 +470,10 @@ CPU = user + system seconds</p>""")
     if data.table("flow_totals") or data.table("process_summary"):
         parts.append("<h2>Engine metrics</h2>")
         plot(_series_panels(
-            data.table("flow_windows"), "mb_s_compressed", "MB/s compressed",
-            f"Engine throughput over time ({data.window_s:g} s windows)",
-            panel_key=lambda r: r["run_id"], line_key=lambda r: r["flow"],
-            colour=lambda _f: None), "engine throughput over time")
+            data.table("flow_windows"), "records_s", "records/s",
+            f"Engine throughput over time (records/s, {data.window_s:g} s windows)",
+            panel_key=lambda r: f"run {r['run_id']}", line_key=lambda r: r["flow"],
+            colour=lambda _f: None, step_s=data.window_s), "engine throughput over time")
         plot(_process_plot(data.table("process_series")), "engine CPU and memory over time")
         if data.table("flow_totals"):
             parts.append("<h3>Per flow and topic</h3>")

@@ -92,6 +92,8 @@ RECORD_SCHEMA = T.StructType([
     T.StructField("workload_id", T.StringType()),
     T.StructField("workload", _WORKLOAD),
     T.StructField("wall_s", T.DoubleType()),
+    # Process start -> the mode's "ready" event; wall_s counts from there.
+    T.StructField("startup_s", T.DoubleType()),
     T.StructField("peak_rss_bytes", T.LongType()),
     T.StructField("latency_ms_samples", T.ArrayType(T.DoubleType())),
     T.StructField("progress_samples", T.ArrayType(T.ArrayType(T.DoubleType()))),
@@ -113,11 +115,20 @@ def _div(num: Column, den: Column) -> Column:
     return F.when(den > 0, num / den)
 
 
+def nearest_rank(col: str, pct: int) -> Column:
+    """The nearest-rank percentile of ``col`` (an aggregate): the smallest sample with at least
+    ``pct`` percent of the samples at or below it, ``sorted[ceil(n * pct / 100)]``. It is
+    always a measured value, and it is the method of ``shallowmirror bench``'s own table
+    (``bench.summary.percentile``), so the report and the table agree."""
+    n = F.count(F.col(col))
+    rank = F.greatest(F.lit(1), F.ceil(n * F.lit(pct) / F.lit(100)).cast("int"))
+    return F.when(n > 0, F.element_at(F.sort_array(F.collect_list(F.col(col))), rank))
+
+
 def _percentile_cols(col: str, prefix: str = "latency") -> list[Column]:
-    """Exact percentile aggregates named ``{prefix}_p50``, ``_p95``, ``_p99``."""
-    return [
-        F.percentile(F.col(col), p).alias(f"{prefix}_p{round(p * 100)}") for p in PERCENTILES
-    ]
+    """Nearest-rank percentile aggregates named ``{prefix}_p50``, ``_p95``, ``_p99``."""
+    return [nearest_rank(col, round(p * 100)).alias(f"{prefix}_p{round(p * 100)}")
+            for p in PERCENTILES]
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -268,27 +279,30 @@ def shallow_ratios(summary: DataFrame) -> DataFrame:
 def bench_throughput_series(runs: DataFrame) -> DataFrame:
     """Per bench run, throughput between consecutive ``progress_samples`` (the later time).
 
-    Each sample is ``[t_since_start_s, records_on_target, compressed_bytes_on_target]``. The run
-    starts with nothing on the target, so when the first sample is later than t=0 an anchor
-    ``[0, 0, 0]`` is put before it (a fetch-only run reports a single sample at its end).
+    Each sample is ``[t_since_process_start_s, records_on_target, compressed_bytes_on_target]``.
+    Nothing is on the target before the mode is ready (``startup_s``), so when the first sample
+    is later than that an anchor ``[startup_s, 0, 0]`` is put before it (a fetch-only run
+    reports a single sample at its end). ``run_t_s`` is the time since the mode was ready: the
+    run's ``wall_s`` counts from there too, so ``run_t_s / wall_s`` runs from 0 to 1.
     """
     samples = F.col("progress_samples")
-    zero = F.array(F.array(F.lit(0.0), F.lit(0.0), F.lit(0.0)))
-    anchored = F.when(F.coalesce(F.size(samples) > 0, F.lit(False)) & (samples[0][0] > 0),
+    ready = F.coalesce(F.col("startup_s").cast("double"), F.lit(0.0))
+    zero = F.array(F.array(ready, F.lit(0.0), F.lit(0.0)))
+    anchored = F.when(F.coalesce(F.size(samples) > 0, F.lit(False)) & (samples[0][0] > ready),
                       F.concat(zero, samples)).otherwise(samples)
     points = runs.select(
         "run_id", "mode", "repeat", "workload_id", F.col("workload.codec").alias("codec"),
-        "wall_s", F.posexplode(anchored).alias("i", "s"),
+        "wall_s", ready.alias("startup_s"), F.posexplode(anchored).alias("i", "s"),
     ).select(
         "run_id", "mode", "repeat", "workload_id", "codec", "wall_s", "i",
-        F.col("s")[0].alias("t_s"), F.col("s")[1].alias("records"),
-        F.col("s")[2].alias("bytes"),
+        F.col("s")[0].alias("t_s"), (F.col("s")[0] - F.col("startup_s")).alias("run_t_s"),
+        F.col("s")[1].alias("records"), F.col("s")[2].alias("bytes"),
     )
     w = Window.partitionBy("run_id").orderBy("i")
     dt = F.col("t_s") - F.lag("t_s").over(w)
     return (
         points.select(
-            "run_id", "mode", "repeat", "workload_id", "codec", "wall_s", "t_s",
+            "run_id", "mode", "repeat", "workload_id", "codec", "wall_s", "t_s", "run_t_s",
             _div((F.col("bytes") - F.lag("bytes").over(w)) / MB, dt).alias("mb_s_compressed"),
             _div(F.col("records") - F.lag("records").over(w), dt).alias("records_s"),
         )
@@ -297,13 +311,16 @@ def bench_throughput_series(runs: DataFrame) -> DataFrame:
 
 
 def bench_rss_series(runs: DataFrame) -> DataFrame:
-    """Per bench run, RSS over time from ``rss_samples``."""
+    """Per bench run, RSS over time from ``rss_samples``; ``run_t_s`` is the time since the
+    mode was ready (negative during start-up, beyond ``wall_s`` while the harness finishes)."""
+    ready = F.coalesce(F.col("startup_s").cast("double"), F.lit(0.0))
     return runs.select(
         "run_id", "mode", "repeat", "workload_id", F.col("workload.codec").alias("codec"),
-        "wall_s", F.explode("rss_samples").alias("s"),
+        "wall_s", ready.alias("startup_s"), F.explode("rss_samples").alias("s"),
     ).select(
         "run_id", "mode", "repeat", "workload_id", "codec", "wall_s",
-        F.col("s")[0].alias("t_s"), F.col("s")[1].cast("long").alias("rss_bytes"),
+        F.col("s")[0].alias("t_s"), (F.col("s")[0] - F.col("startup_s")).alias("run_t_s"),
+        F.col("s")[1].cast("long").alias("rss_bytes"),
     )
 
 

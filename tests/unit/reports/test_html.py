@@ -51,9 +51,9 @@ def test_html_has_goals_and_tables(report):
                     "Engine metrics", "Per flow and topic", "Per process"):
         assert heading in page
     assert page.count("<table") == 6
-    # zstd: 24x against >= 30x is a miss and says by how much; gzip has no runs at all
+    # zstd: 24x against >= 30x is a miss and says by how much; gzip was not run: no row
     assert "24.0x (goal &gt;= 30.0x): missed by 6.00x (20%) short" in page
-    assert "needs ok shallow and deep-confluent runs of gzip" in page
+    assert "runs of gzip" not in page and "NO DATA" not in page
     assert page.count("badge pass") == 3 and page.count("badge miss") == 2
     assert "Skipped 1 line(s) that were not JSON and 1 record(s) of an unknown kind" in page
     assert "target unreachable" in page
@@ -68,12 +68,12 @@ def test_csv_and_json_summaries_parse(report):
     lz4 = next(r for r in rows if r["workload_id"] == "lz4-200B-4p" and r["mode"] == "shallow")
     assert float(lz4["mb_s_compressed"]) == pytest.approx(80.0)
     assert lz4["mb_s_uncompressed_min"] == "125.0"
-    assert report.csv["goals"].read_text().count("\n") == 1 + 6  # header + goal rows
+    assert report.csv["goals"].read_text().count("\n") == 1 + 5  # header + goal rows
     summary = json.loads(report.summary_json.read_text())
     assert summary["units"]["GB"] == 1e9
     assert summary["malformed_lines"] == 1
     statuses = {(g["goal"], g["codec"]): g["status"] for g in summary["goals"]}
-    assert statuses[("cpu_per_gb", "gzip")] == "NO DATA"
+    assert ("cpu_per_gb", "gzip") not in statuses  # gzip was not benchmarked: no row
     assert statuses[("fetch_only_throughput", "lz4")] == "MISS"
     assert len(summary["flow_totals"]) == 2
 
@@ -112,3 +112,12 @@ def test_missing_inputs_are_named(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "a.jsonl").write_text("{}\n")
     assert find_inputs([tmp_path]) == [tmp_path / "sub" / "a.jsonl"]
+
+
+def test_no_data_rows_only_for_codecs_that_were_run():
+    from shallowmirror.reports.report import _goals_without_data
+
+    rows = _goals_without_data([], [{"codec": "lz4", "mode": "shallow"}])
+    cpu = [r for r in rows if r["goal"] == "cpu_per_gb"]
+    # lz4 ran without deep-confluent: its CPU goal cannot be checked; gzip never ran: no row.
+    assert [(r["codec"], r["status"]) for r in cpu] == [("lz4", "NO DATA")]
