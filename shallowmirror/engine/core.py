@@ -131,6 +131,7 @@ class EngineCore:
             self.supervisor.spawn_loop(lambda: self.metrics.run(lambda: self.stopping),
                                        what="metrics", where=source)
             self.ready = True
+            self.runtime.progress.notify()
             waiter = asyncio.create_task(stop.wait())
             fatal = asyncio.create_task(self._wait_fatal())
             await asyncio.wait({waiter, fatal}, return_when=asyncio.FIRST_COMPLETED)
@@ -158,14 +159,14 @@ class EngineCore:
         if self._fatal is None:
             self._fatal = err
             self.runtime.wake_soon(self._fatal_event)
+            self.runtime.wake_soon(self.runtime.progress)
 
     async def _shutdown(self) -> None:
         self.runtime.stopping = True
         self.sources.wake_all()
-        deadline = time.monotonic() + self.settings["request.timeout.ms"] / 1000
-        while (self.sinks.pending_batches() and time.monotonic() < deadline
-               and self._fatal is None):
-            await asyncio.sleep(0.02)
+        await self.runtime.progress.wait_until(
+            lambda: not self.sinks.pending_batches() or self._fatal is not None,
+            self.settings["request.timeout.ms"] / 1000)
         self.sinks.stop()
         await self.supervisor.cancel_all()
         final = {tp: sp.offsets.committed for tp, sp in self.partitions.items()}
@@ -173,7 +174,8 @@ class EngineCore:
             try:
                 await self.membership.close(final)
             except Exception as err:  # noqa: BLE001 - logged; shutdown goes on
-                log.error("final commit to %s failed: %s", self.source_alias, err)
+                if final or not self.membership.ended:  # an ended thread with nothing to commit
+                    log.error("final commit to %s failed: %s", self.source_alias, err)
             else:
                 try:
                     self.hooks.offsets_committed({tp: off for tp, off in final.items()
@@ -213,11 +215,9 @@ class EngineCore:
         for sp in owned:
             sp.paused = True
             self.sources.detach(sp)
-        deadline = time.monotonic() + (self.settings["request.timeout.ms"] / 1000 if commit
-                                       else 0)
-        while (any(sp.offsets.pending for sp in owned) and time.monotonic() < deadline
-               and not self.sinks.stopped):
-            await asyncio.sleep(0.02)
+        await self.runtime.progress.wait_until(
+            lambda: not any(sp.offsets.pending for sp in owned) or self.sinks.stopped,
+            self.settings["request.timeout.ms"] / 1000 if commit else 0)
         result = {}
         for sp in owned:
             abandoned = sp.offsets.abandon_pending()
@@ -263,6 +263,7 @@ class EngineCore:
             compressed_bytes=batch.size,
             latency_ms=(time.monotonic() - batch.fetched_at) * 1000, offset_lag=lag)
         batch._finish(target_base, None)
+        self.runtime.progress.notify()
 
     def batch_dropped(self, batch: FetchedBatch) -> None:
         """A program chose not to forward ``batch``: its offsets count as done, no map row."""
@@ -272,6 +273,7 @@ class EngineCore:
             batch.entry.is_gap = True
             sp.offsets.ack(batch.entry, None)
         batch._finish(None, None)
+        self.runtime.progress.notify()
 
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))
@@ -280,6 +282,7 @@ class EngineCore:
                 err = err.at(offset=batch.source_base)
             self.sources.stop_partition(sp, err)
         batch._finish(None, err)
+        self.runtime.progress.notify()
 
     # ------------------------------------------------------------------ commits & metrics
     async def _commit_loop(self) -> None:
@@ -323,17 +326,17 @@ class EngineCore:
     async def wait_caught_up(self, timeout_s: float) -> bool:
         """True once every owned partition's committed position equals its high watermark
         (stopped partitions excluded; at least one partition owned)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._fatal is not None:
-                raise self._fatal
+        def caught_up() -> bool:
             live = [sp for sp in self.partitions.values() if sp.error is None]
-            if self.partitions and all(
-                    sp.high_watermark >= 0 and sp.offsets.committed >= sp.high_watermark
-                    for sp in live):
-                return True
-            await asyncio.sleep(0.05)
-        return False
+            return bool(self.partitions) and all(
+                sp.high_watermark >= 0 and sp.offsets.committed >= sp.high_watermark
+                for sp in live)
+
+        done = await self.runtime.progress.wait_until(
+            lambda: self._fatal is not None or caught_up(), timeout_s)
+        if self._fatal is not None:
+            raise self._fatal
+        return done
 
     def _where_obj(self, tp: TP, offset: int | None = None) -> Where:
         return Where(cluster=self.source_alias, topic=tp[0], partition=tp[1], offset=offset)

@@ -70,10 +70,11 @@ class BatchForwarder(EngineCore):
     # ---- lifecycle ----
     async def start(self) -> None:
         self._runner = asyncio.create_task(self.run(self._stop))
-        while not self.ready:
-            if self._runner.done():
-                await self._runner
-            await asyncio.sleep(0.02)
+        ready = asyncio.ensure_future(self.runtime.progress.wait_until(lambda: self.ready))
+        await asyncio.wait({ready, self._runner}, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():             # run() ended before the engine was ready: its error
+            ready.cancel()
+            await self._runner
 
     async def stop(self) -> None:
         """Stop fetching, wait for forwarded batches, commit, close."""

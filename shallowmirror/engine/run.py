@@ -44,9 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         task = asyncio.create_task(engine.run(stop))
-        while not engine.ready and not task.done():
-            await asyncio.sleep(0.05)
-        print("engine ready", flush=True)
+        ready = asyncio.ensure_future(engine.runtime.progress.wait_until(lambda: engine.ready))
+        await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if engine.ready:
+            print("engine ready", flush=True)
         await task
         stats = engine.stats()
         print(f"engine stopped {stats.records} {stats.batches}", flush=True)

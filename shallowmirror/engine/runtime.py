@@ -25,6 +25,38 @@ log = logging.getLogger(__name__)
 UNREACHABLE_LOG_INTERVAL_S = 10.0
 
 
+class Signal:
+    """Wakes every waiter each time ``notify`` is called: waiting until a condition over engine
+    state holds (``wait_until``) without polling. Whoever changes that state notifies."""
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future] = set()
+
+    def notify(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def wait_until(self, predicate: Callable[[], bool],
+                         timeout_s: float | None = None) -> bool:
+        """Wait until ``predicate()`` holds (True) or ``timeout_s`` passes (False)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not predicate():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                return predicate()
+            finally:
+                self._waiters.discard(waiter)
+        return True
+
+
 class Runtime:
     """Services shared by the core, the sources and the sinks of one engine."""
 
@@ -39,12 +71,20 @@ class Runtime:
         self.stopping = False
         #: The engine's event loop, once it runs (``wake_soon`` needs it from other threads).
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: Notified whenever batches are acknowledged, fail or are abandoned, a request ends, a
+        #: fetch reports a high watermark, or the engine fails: what waits on progress waits on it.
+        self.progress = Signal()
         self._unreachable_logged: dict[str, float] = {}
 
-    def wake_soon(self, event: asyncio.Event | None) -> None:
-        """Set ``event`` from the engine's loop or from any other thread (no-op before run)."""
+    def wake_soon(self, event: asyncio.Event | Signal | None) -> None:
+        """Set ``event`` (notify a ``Signal``) from the engine's loop or from any other thread
+        (no-op before run)."""
         loop = self.loop
         if event is None or loop is None or loop.is_closed():
+            return
+        if isinstance(event, Signal):
+            with contextlib.suppress(RuntimeError):     # loop closing
+                loop.call_soon_threadsafe(event.notify)
             return
         try:
             running = asyncio.get_running_loop()

@@ -219,6 +219,7 @@ class Sink:
         finally:
             self.requests_in_flight -= 1
             self.wake.set()
+            self.owner.runtime.progress.notify()
         by_tp = {}
         for topic, parts in response.topics:
             for part in parts:
@@ -358,6 +359,7 @@ class Sinks:
         self.stopped = True
         for sink in self.by_node.values():
             sink.wake.set()
+        self.runtime.progress.notify()
 
     def next_enqueue_no(self) -> int:
         self._enqueue_no += 1
@@ -481,8 +483,9 @@ class Sinks:
                                       where=Where(cluster=self.alias))
 
     async def _reset_identity(self, reason: str) -> None:
-        while any(s.requests_in_flight for s in self.by_node.values()):
-            await asyncio.sleep(0.01)
+        # A new identity only once every request stamped with the old one has answered.
+        await self.runtime.progress.wait_until(
+            lambda: not any(s.requests_in_flight for s in self.by_node.values()))
         await self.identity.reset(reason)
         self.identity_resetting = False
         for sink in self.by_node.values():

@@ -187,6 +187,7 @@ class Source:
                     self._handle_partition(sp, part, lease, must_progress=tp == must_progress)
         finally:
             lease.drop()
+            self.owner.runtime.progress.notify()     # high watermarks may have moved
 
     def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease, *,
                           must_progress: bool = False) -> None:
@@ -524,8 +525,9 @@ class Sources:
             log.warning("%s: OFFSET_OUT_OF_RANGE at %d; the source log now ends below what was "
                         "mirrored (topic re-created or truncated?); restarting at %d "
                         "(auto.offset.reset=%s)", self._where(sp.tp, old), old, new, reset)
-        while new < sp.offsets.end and sp.offsets.pending:
-            await asyncio.sleep(0.05)
+        # What was fetched below the new start must be acknowledged (or abandoned) first.
+        await self.runtime.progress.wait_until(
+            lambda: not (new < sp.offsets.end and sp.offsets.pending))
         sp.offsets.reset(new)
         sp.skip_to_high_watermark = reset == "latest"
         self.attach(sp)
@@ -553,6 +555,7 @@ class Sources:
             sp.offsets.abandon_pending()
         log.error("partition stopped, nothing more forwarded from it and its committed offset "
                   "stays at %d: %s", sp.offsets.committed, err)
+        self.runtime.progress.notify()
 
     def _where_obj(self, tp: TP, offset: int | None = None) -> Where:
         return Where(cluster=self.alias, topic=tp[0], partition=tp[1], offset=offset)
