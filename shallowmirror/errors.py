@@ -86,6 +86,23 @@ class ConfigError(ShallowMirrorError):
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
+class OperatorActionRequired(ShallowMirrorError):
+    """Refused for a reason only a change of configuration or permissions fixes (a setting the
+    broker does not accept, no access to a group): restarting the same work cannot help, so a
+    flow stops with it instead of retrying for ever."""
+
+
+def needs_operator(err: BaseException | None) -> OperatorActionRequired | None:
+    """The ``OperatorActionRequired`` in ``err``'s cause chain (or wrapped as ``.error``)."""
+    seen = 0
+    while err is not None and seen < 10:
+        if isinstance(err, OperatorActionRequired):
+            return err
+        err = getattr(err, "error", None) or err.__cause__
+        seen += 1
+    return None
+
+
 class BrokerError(LocatedError):
     """An error code returned by a broker, with its Kafka name and whether retrying can help."""
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.errors import OperatorActionRequired
 from shallowmirror.net.config import librdkafka_connection
 from shallowmirror.rdkafka_logs import with_log_config
 
@@ -59,7 +59,7 @@ _RETRIABLE_COORDINATOR_ERRORS = frozenset({
 })
 
 
-class GroupMembershipError(ShallowMirrorError):
+class GroupMembershipError(OperatorActionRequired):
     """The source cluster refused the mirror's consumer group for a reason retrying cannot fix."""
 
 
@@ -151,6 +151,11 @@ class Membership:
         await asyncio.wrap_future(future)
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
+
+    @property
+    def ended(self) -> bool:
+        """The membership thread has ended (closed, or failed and reported through on_failed)."""
+        return self._ended
 
     # ---- consumer thread ----
     def _error_cb(self, err) -> None:

@@ -28,6 +28,7 @@ from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
     LocatedError,
+    ShallowMirrorError,
     Where,
     broker_error_info,
 )
@@ -93,7 +94,7 @@ class Supervisor:
 
     def thread_failed(self, err: BaseException, *, what: str, where: Where | None = None) -> None:
         """A supervised thread ended with ``err`` (callable from any thread)."""
-        log.error("%s failed: %s", what, err, exc_info=err)
+        log.error("%s failed: %s", what, err, exc_info=_traceback_for(err))
         self._on_fatal(EngineTaskError(what, err, where))
 
     async def cancel_all(self) -> None:
@@ -143,7 +144,7 @@ class Supervisor:
             if not isinstance(err, EngineTaskError):
                 err = EngineTaskError(_text(what), err, _where(where))
                 err.__cause__ = t.exception()
-            log.error("%s", err, exc_info=err.__cause__ or err)
+            log.error("%s", err, exc_info=_traceback_for(err.__cause__ or err))
             self._on_fatal(err)
 
         task.add_done_callback(done)
@@ -156,3 +157,9 @@ def _text(what: Describe) -> str:
 
 def _where(where: Where | Callable[[], Where] | None) -> Where | None:
     return where() if callable(where) else where
+
+
+def _traceback_for(err: BaseException) -> BaseException | None:
+    """A traceback only for what is a bug: the project's own errors (a refused setting, a broker
+    error, corrupt data) already name what went wrong and where, and an operator reads them."""
+    return None if isinstance(err, ShallowMirrorError) else err

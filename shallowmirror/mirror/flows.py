@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.errors import ShallowMirrorError, needs_operator
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import FlowConfig
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
@@ -370,6 +370,9 @@ class FlowRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - reported, then restart or fail the flow
+                refused = needs_operator(err)
+                if refused is not None:      # a restart would meet the same refusal
+                    raise FlowFailedError(f"flow {self.name} stopped: {refused}") from err
                 if self.flow.settings["abort.on.send.failure"]:
                     raise FlowFailedError(f"flow {self.name} failed: {err} "
                                           "(abort.on.send.failure=true)") from err
