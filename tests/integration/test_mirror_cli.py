@@ -460,9 +460,10 @@ def test_a_session_timeout_the_broker_refuses_stops_the_mirror_with_the_range(
     config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
                             **_flow(**{"A->B.topics": topic}), **{"session.timeout.ms": "2000",
                                                                  "heartbeat.interval.ms": "500"})
-    result = run_cli("mirror", str(config), "--exit-when-caught-up", "--caught-up-timeout", "60",
-                     timeout_s=90)
-    assert result.returncode != 0, result.stderr[-3000:]
+    # No --caught-up-timeout: the refusal alone must end the process (it used to retry for ever).
+    result = run_cli("mirror", str(config), "--exit-when-caught-up", timeout_s=60)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "flow A->B stopped" in result.stderr
     assert "session.timeout.ms=2000" in result.stderr
     assert "group.min.session.timeout.ms" in result.stderr
     assert "caught up" not in result.stderr.lower().replace("not caught up", "")

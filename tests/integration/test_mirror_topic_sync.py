@@ -30,6 +30,13 @@ def _sync(source, target, **extra):
                      admin_client(flow.target_admin, what="B admin"))
 
 
+def _refresh(sync, prefix: str) -> list[str]:
+    """``sync.refresh()``, keeping this test's topics: MirrorMaker 2 (and so TopicSync) always
+    replicates ``heartbeats`` topics, whatever the filter, and the session's clusters are shared
+    (other tests and MirrorMaker 2 in the bench tests create them)."""
+    return [topic for topic in sync.refresh() if topic.startswith(prefix)]
+
+
 def _create(admin, name, partitions, config=None):
     admin.create_topics([NewTopic(name, partitions, -1, config=config or {})])[name].result(15)
 
@@ -43,7 +50,7 @@ def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
              "compression.type": "gzip"})
     _create(sync.source_admin, f"{prefix}-skipped.internal", 1)
 
-    ready = sync.refresh()
+    ready = _refresh(sync, prefix)
     assert ready == [f"{prefix}-orders"]
     remote = f"A.{prefix}-orders"
     md = sync.target_admin.list_topics(timeout=10)
@@ -64,17 +71,24 @@ def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
 
     # A new topic appears at the next refresh.
     _create(sync.source_admin, f"{prefix}-payments", 2)
-    assert sync.refresh() == [f"{prefix}-orders", f"{prefix}-payments"]
+    assert _refresh(sync, prefix) == [f"{prefix}-orders", f"{prefix}-payments"]
 
 
+@pytest.mark.tansu_workaround("tansu has no CreatePartitions, so a narrow remote topic stays")
 def test_partition_count_that_cannot_be_matched_is_a_clear_error_for_that_topic_only(
-        source_cluster, target_cluster):
+        source_cluster, target_cluster, on_tansu):
     prefix = f"tp{uuid.uuid4().hex[:6]}"
     sync = _sync(source_cluster, target_cluster, topics=f"{prefix}.*")
     _create(sync.source_admin, f"{prefix}-wide", 4)
     _create(sync.source_admin, f"{prefix}-fine", 1)
     _create(sync.target_admin, f"A.{prefix}-wide", 2)      # made by hand, too narrow
-    ready = sync.refresh()
+    ready = _refresh(sync, prefix)
+    if not on_tansu:
+        # Kafka: widened to the source's count with CreatePartitions, as MirrorMaker 2 does.
+        assert ready == [f"{prefix}-fine", f"{prefix}-wide"]
+        md = sync.target_admin.list_topics(timeout=10)
+        assert len(md.topics[f"A.{prefix}-wide"].partitions) == 4
+        return
     assert ready == [f"{prefix}-fine"]
     error = sync.errors()[f"{prefix}-wide"]
     assert "has 4 partitions but remote topic" in error and "has 2" in error
@@ -88,7 +102,7 @@ def test_identity_policy_keeps_names_and_forces_compression_on_existing_topics(
                     "sync.topic.configs.enabled": "false"})
     _create(sync.source_admin, name, 2, {"retention.ms": "1000000"})
     _create(sync.target_admin, name, 2, {"compression.type": "gzip"})
-    assert sync.refresh() == [name]
+    assert _refresh(sync, name) == [name]
     sync.sync_configs()
     configs = explicit_configs(sync.describe(sync.target_admin, name))
     assert configs["compression.type"] == "producer"
@@ -102,8 +116,8 @@ def test_new_source_partitions_are_added_to_the_remote_topic(source_cluster, tar
     name = f"tg{uuid.uuid4().hex[:6]}"
     sync = _sync(source_cluster, target_cluster, topics=name)
     _create(sync.source_admin, name, 2)
-    assert sync.refresh() == [name]
+    assert _refresh(sync, name) == [name]
     sync.source_admin.create_partitions([NewPartitions(name, 5)])[name].result(15)
-    assert sync.refresh() == [name]
+    assert _refresh(sync, name) == [name]
     md = sync.target_admin.list_topics(timeout=10)
     assert len(md.topics[f"A.{name}"].partitions) == 5
