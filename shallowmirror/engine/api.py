@@ -87,21 +87,27 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
                           settings=engine_settings, metrics_sink=metrics_sink)
     own_stop = stop or asyncio.Event()
     task = asyncio.create_task(engine.run(own_stop))
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    # Whichever comes first ends the run: the engine ends (its error), stop, caught up, timeout.
+    watchers = {asyncio.ensure_future(own_stop.wait())}
+    if until_caught_up:
+        watchers.add(asyncio.ensure_future(_caught_up(engine)))
     try:
-        while not task.done() and not own_stop.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if until_caught_up and engine.ready:
-                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-                if await engine.wait_caught_up(max(0.0, left)):
-                    break
-            else:
-                await asyncio.wait({task}, timeout=0.1)
+        await asyncio.wait({task, *watchers}, timeout=timeout_s,
+                           return_when=asyncio.FIRST_COMPLETED)
     finally:
         own_stop.set()
+        for watcher in watchers:
+            watcher.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)   # run's error is task's
         await task
     return engine.stats()
+
+
+async def _caught_up(engine: MirrorEngine) -> None:
+    """Return once the engine is ready and every owned partition is caught up."""
+    await engine.runtime.progress.wait_until(lambda: engine.ready)
+    while not await engine.wait_caught_up(3600):
+        pass
 
 
 def mirror(source_config: Mapping[str, Any], target_config: Mapping[str, Any],
