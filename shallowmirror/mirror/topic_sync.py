@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 #: fewer lists only the configs that were set, labelled DEFAULT_CONFIG (tansu 0.6): there every
 #: entry counts as set.
 SPARSE_DESCRIBE_LIMIT = 15
+#: Longest wait for one Metadata answer while listing topics.
+METADATA_WAIT_S = 5.0
 
 
 class ClusterUnreachableError(ShallowMirrorError):
@@ -95,11 +97,14 @@ class TopicSync:
 
     def _list(self, admin: Any, alias: str) -> dict[str, int]:
         """Topic -> partition count, via Metadata for all topics (which never auto-creates)."""
+        # A cluster answers Metadata in milliseconds once connected: a short wait tells an
+        # unreachable one early (the caller retries with backoff; librdkafka keeps connecting).
+        wait_s = min(self.timeout_s, METADATA_WAIT_S)
         try:
-            md = admin.list_topics(timeout=self.timeout_s)
+            md = admin.list_topics(timeout=wait_s)
         except KafkaException as err:
             raise ClusterUnreachableError(
-                f"cluster {alias} did not answer Metadata within {self.timeout_s:.0f}s: "
+                f"cluster {alias} did not answer Metadata within {wait_s:.0f}s: "
                 f"{err.args[0].str() if err.args else err}") from err
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None
                 or t.error.code() == KafkaError.NO_ERROR}
