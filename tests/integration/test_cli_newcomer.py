@@ -308,3 +308,22 @@ def test_report_of_a_mirror_run_has_both_paths_cpu_and_throughput_windows(
     assert {r["run_id"] for r in windows} == {r["run_id"] for r in totals}
     assert sum(float(r["records_s"]) for r in windows) == pytest.approx(40_000)  # 1 s windows
     assert "alt='engine throughput over time'" in (out / "report.html").read_text()
+
+
+def test_bench_progress_bar_ends_on_the_tables_figure(source_cluster, target_cluster, tmp_path):
+    import re
+
+    out = tmp_path / "bench.jsonl"
+    result = run_cli("bench", "--source-bootstrap", source_cluster.bootstrap,
+                     "--target-bootstrap", target_cluster.bootstrap, "--codecs", "lz4",
+                     "--records", "20k", "--partitions", "2", "--modes", "shallow",
+                     "--repeats", "1", "--latency-probes", "0", "--progress", "--out", str(out),
+                     timeout_s=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    bar = re.findall(r"shallow .*?\[#+\] 100\.0% .*? ([0-9.]+) MB/s compressed", result.stderr)
+    assert bar, result.stderr[-2000:]
+    header, _rule, row = result.stdout.splitlines()[:3]
+    assert "| MB/s compressed (min..max) |" in header
+    table_mb_s = float(row.split("|")[5].split("(")[0])
+    # The bar's last figure and the table count from the same moment (the mode's "ready").
+    assert float(bar[-1]) == pytest.approx(table_mb_s, abs=0.15), (bar[-1], row)
