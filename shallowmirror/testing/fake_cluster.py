@@ -475,6 +475,10 @@ def source_batch(partition: int, index: int, records: int) -> bytes:
     return bytes(builder.build())
 
 
+#: Produce errors of a partition whose leader is not serving yet.
+_NOT_READY_YET = frozenset({3, 6})  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
+
+
 async def write_source_batches(cluster, topic: str, partitions: int, batches: int,
                         records: int = 5) -> dict[int, list[bytes]]:
     """Produce ``batches`` gzip batches per partition, one per request; return their bytes."""
@@ -489,14 +493,23 @@ async def write_source_batches(cluster, topic: str, partitions: int, batches: in
             version = conn.api_version(0, (3, 9))
             for i in range(batches):
                 data = source_batch(p, i, records)
-                cid = conn.next_correlation_id()
-                buffers = codec.encode_produce_request(
-                    version=version, correlation_id=cid, client_id="test",
-                    transactional_id=None, acks=-1, timeout_ms=10000,
-                    topics=[(topic, [(p, [[data]])])])
-                response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
-                                                         version)
-                assert response.topics[0][1][0].error_code == 0
+                for attempt in range(50):
+                    cid = conn.next_correlation_id()
+                    buffers = codec.encode_produce_request(
+                        version=version, correlation_id=cid, client_id="test",
+                        transactional_id=None, acks=-1, timeout_ms=10000,
+                        topics=[(topic, [(p, [[data]])])])
+                    response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
+                                                             version)
+                    code = response.topics[0][1][0].error_code
+                    # A topic just created on Kafka: metadata may name the leader a moment before
+                    # it leads (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION): retry.
+                    if code not in _NOT_READY_YET or attempt == 49:
+                        break
+                    await asyncio.sleep(0.1)
+                    await c.refresh_metadata([topic])
+                    conn = await c.leader_connection(topic, p)
+                assert code == 0, f"producing to {topic}-{p} failed with error {code}"
                 written[p].append(data)
     finally:
         await c.close()
