@@ -506,11 +506,14 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
                      timeout_s: float = 10.0) -> list[float]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": clusters.target, "group.id": f"probe-{run_id}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 10,
-                         "fetch.error.backoff.ms": 10})
+    from shallowmirror.rdkafka_logs import with_log_config
+
+    # librdkafka's log lines (a broker closing an idle connection...) go to logging, not stderr.
+    consumer = Consumer(with_log_config({
+        "bootstrap.servers": clusters.target, "group.id": f"probe-{run_id}",
+        "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 10}))
     consumer.assign([TopicPartition(target_latency_topic, 0, OFFSET_BEGINNING)])
-    producer = Producer({"bootstrap.servers": clusters.source, "linger.ms": 0})
+    producer = Producer(with_log_config({"bootstrap.servers": clusters.source, "linger.ms": 0}))
     samples: list[float] = []
     sent = 0
     try:

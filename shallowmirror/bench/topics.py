@@ -18,7 +18,9 @@ _TOPIC_EXISTS = 36
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    from shallowmirror.rdkafka_logs import with_log_config
+
+    return AdminClient(with_log_config({"bootstrap.servers": bootstrap}))
 
 
 def create(bootstrap: str, topic: str, partitions: int, *, timeout_s: float = 30.0) -> None:

@@ -83,7 +83,9 @@ def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 10.0
     """partition -> (host, port) of its leader, from Metadata (confluent-kafka AdminClient)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from shallowmirror.rdkafka_logs import with_log_config
+
+    admin = AdminClient(with_log_config({"bootstrap.servers": bootstrap}))
     md = admin.list_topics(topic, timeout=timeout_s)
     brokers = {b.id: (b.host, b.port) for b in md.brokers.values()}
     meta = md.topics.get(topic)
@@ -143,9 +145,11 @@ class HighWatermarks:
         from confluent_kafka import Consumer, TopicPartition
 
         if self._fallback is None:
-            self._fallback = Consumer({"bootstrap.servers": self.bootstrap,
-                                       "group.id": "shallowmirror-bench-watermarks",
-                                       "enable.auto.commit": False})
+            from shallowmirror.rdkafka_logs import with_log_config
+
+            self._fallback = Consumer(with_log_config({
+                "bootstrap.servers": self.bootstrap, "group.id": "shallowmirror-bench-watermarks",
+                "enable.auto.commit": False}))
         return {p: self._fallback.get_watermark_offsets(TopicPartition(self.topic, p),
                                                         timeout=10, cached=False)[1]
                 for p in self.partitions}

@@ -327,3 +327,5 @@ def test_bench_progress_bar_ends_on_the_tables_figure(source_cluster, target_clu
     table_mb_s = float(row.split("|")[5].split("(")[0])
     # The bar's last figure and the table count from the same moment (the mode's "ready").
     assert float(bar[-1]) == pytest.approx(table_mb_s, abs=0.15), (bar[-1], row)
+    # The harness's own clients log through Python logging, not librdkafka's raw lines.
+    assert not re.search(r"%\d\|\d+\.\d+\|", result.stderr), result.stderr[-2000:]
