@@ -107,14 +107,19 @@ def engine_process(source: Any, target: Any, topics: list[str], settings: Mappin
 
 
 async def produce_corrupt_batch(cluster, topic: str, partition: int) -> None:
-    """A batch whose last byte is flipped: the CRC no longer matches (tansu stores it anyway)."""
+    """A batch whose last byte is flipped: the CRC no longer matches. tansu stores it as sent;
+    Apache Kafka validates CRCs on produce, so there the batch is written intact and its last
+    byte flipped in the segment file afterwards (a broker serves fetches from the file as it is,
+    without checking: bit rot on disk)."""
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                         batch_size=1 << 20)
     for i in range(3):
         builder.append(i, timestamp=None, key=None, value=b"corrupt-%d" % i, headers=[])
     data = bytearray(builder.build())
-    data[-1] ^= 0xFF
+    on_disk = getattr(cluster, "flavor", None) == "kafka"
+    if not on_disk:
+        data[-1] ^= 0xFF
     c = Cluster(cluster.client_config(), "source")
     await c.start()
     try:
@@ -132,6 +137,19 @@ async def produce_corrupt_batch(cluster, topic: str, partition: int) -> None:
             pytest.skip(f"this broker validates CRCs on produce (error {parts[0].error_code})")
     finally:
         await c.close()
+    if on_disk:
+        _flip_last_byte_on_disk(cluster, topic, partition)
+
+
+def _flip_last_byte_on_disk(cluster, topic: str, partition: int) -> None:
+    """Flip the last byte of the partition's active segment: the batch just appended."""
+    segments = sorted((cluster.data_dir / f"{topic}-{partition}").glob("*.log"))
+    assert segments, f"no segment file for {topic}-{partition} under {cluster.data_dir}"
+    with open(segments[-1], "r+b") as segment:
+        segment.seek(-1, os.SEEK_END)
+        last = segment.read(1)[0]
+        segment.seek(-1, os.SEEK_END)
+        segment.write(bytes([last ^ 0xFF]))
 
 
 class RunningEngine:
