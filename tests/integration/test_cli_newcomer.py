@@ -25,9 +25,8 @@ pytestmark = pytest.mark.integration
 RDKAFKA_RAW = "|FAIL|"
 
 
-def test_brokers_prints_lines_that_paste_into_mm2_properties(tmp_path, on_tansu):
-    if not on_tansu:
-        pytest.skip("starts embedded tansu brokers")
+@pytest.mark.harness_tansu  # `brokers --kafka-home`: test_kafka_harness.py
+def test_brokers_prints_lines_that_paste_into_mm2_properties(tmp_path):
     brokers = Background("brokers", "X", "Y", log_path=tmp_path / "brokers.log")
     try:
         deadline = time.monotonic() + 60
