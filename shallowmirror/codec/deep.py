@@ -1,6 +1,7 @@
 """Deep paths: the few batches that must be decompressed and rebuilt.
 
-Shallow forwarding covers almost every batch; these cover the rest (DESIGN.md, "Wire facts"):
+Shallow forwarding covers almost every batch; these cover the rest (README, "Decisions worth
+knowing"):
 - ``trim_batch``: a fetch that starts inside a batch (KIP-712 "fetch from the middle");
 - ``repack_batch``: a compacted batch with offset gaps (``lastOffsetDelta + 1 != recordCount``);
 - ``convert_legacy``: magic 0/1 message sets, which Produce v3+ does not accept;
@@ -216,12 +217,12 @@ def _v2_payload(data: bytes, header: _Header, limit: DecompressionLimit) -> byte
     return compression.decompress(header.compression, payload, limit.for_batch(len(data)))
 
 
-def _raw_records(data: bytes, header: _Header, limit: DecompressionLimit
-                 ) -> Iterator[v2records.RawRecord]:
+def _raw_records(data: bytes, header: _Header, limit: DecompressionLimit, *,
+                 decode: bool = False) -> Iterator[v2records.RawRecord]:
     return v2records.iter_raw(_v2_payload(data, header, limit),
                               record_count=header.record_count,
                               last_offset_delta=header.last_offset_delta,
-                              base_timestamp=header.base_timestamp)
+                              base_timestamp=header.base_timestamp, decode=decode)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -243,8 +244,8 @@ def iter_records(batch, *, limit: DecompressionLimit | None = None) -> Iterator[
 
 def _iter_v2(data: bytes, where: Where, limit: DecompressionLimit) -> Iterator[Record]:
     header = _v2_header(data, where)
-    for raw in _raw_records(data, header, limit):
-        key, value, headers = v2records.decode_body(raw.body)
+    for raw in _raw_records(data, header, limit, decode=True):
+        key, value, headers = raw.fields
         # As Kafka's reader: LogAppendTime records all carry the batch's max timestamp.
         timestamp = (header.max_timestamp if header.timestamp_type == L.LOG_APPEND_TIME
                      else header.base_timestamp + raw.timestamp_delta)

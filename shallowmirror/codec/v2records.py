@@ -29,22 +29,27 @@ from dataclasses import dataclass
 
 from shallowmirror.errors import CorruptDataError
 
-__all__ = ["RawRecord", "iter_raw", "decode_body", "encode_record", "encode_body"]
+__all__ = ["RawRecord", "iter_raw", "encode_record", "encode_body"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: length(1) + attributes(1) + timestampDelta(1) + offsetDelta(1) + key(1) + value(1) + headers(1)
 MIN_RECORD_BYTES = 7
 
 
+Fields = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
 @dataclass(frozen=True, slots=True)
 class RawRecord:
-    """One record: its deltas and attributes, and its key/value/headers bytes as on the wire."""
+    """One record: its deltas and attributes, its key/value/headers bytes as on the wire, and
+    (when asked for) those decoded: (key, value, [(header key, header value)])."""
 
     index: int
     attributes: int
     timestamp_delta: int
     offset_delta: int
     body: memoryview
+    fields: Fields | None = None
 
 
 def _varint(data, pos: int, end: int, max_bytes: int, what: str, index: int = -1
@@ -71,31 +76,44 @@ def _varint(data, pos: int, end: int, max_bytes: int, what: str, index: int = -1
     raise CorruptDataError(f"{what}: varint longer than {max_bytes} bytes")
 
 
-def _skip_bytes(data, pos: int, end: int, what: str, index: int, nullable: bool) -> int:
+def _field(data, pos: int, end: int, what: str, index: int, nullable: bool, take: bool
+           ) -> tuple[bytes | None, int]:
+    """A length-prefixed field: (its bytes if ``take`` and not null, else None; next pos)."""
     length, pos = _varint(data, pos, end, 5, what, index)
     if length < (-1 if nullable else 0) or length > end - pos:
         raise CorruptDataError(f"record {index} {what} length {length} does not fit the "
                                f"{end - pos} bytes left")
-    return pos + (length if length > 0 else 0)
+    if length <= 0:
+        return (b"" if take and length == 0 else None), pos
+    return (bytes(data[pos:pos + length]) if take else None), pos + length
 
 
-def _walk_body(data, pos: int, end: int, index: int) -> int:
-    """Check key, value and headers of record ``index``; return where they end."""
-    pos = _skip_bytes(data, pos, end, "key", index, True)
-    pos = _skip_bytes(data, pos, end, "value", index, True)
+def _walk_body(data, pos: int, end: int, index: int, take: bool) -> tuple[int, Fields | None]:
+    """Check key, value and headers of record ``index``: where they end, and (if ``take``)
+    their values."""
+    key, pos = _field(data, pos, end, "key", index, True, take)
+    value, pos = _field(data, pos, end, "value", index, True, take)
     count, pos = _varint(data, pos, end, 5, "header count", index)
     if count < 0 or count > (end - pos) // 2:           # a header takes 2 bytes at least
         raise CorruptDataError(f"record {index} header count {count} does not fit the "
                                f"{end - pos} bytes left")
+    headers = []
     for _ in range(count):
-        pos = _skip_bytes(data, pos, end, "header key", index, False)
-        pos = _skip_bytes(data, pos, end, "header value", index, True)
-    return pos
+        name, pos = _field(data, pos, end, "header key", index, False, take)
+        header_value, pos = _field(data, pos, end, "header value", index, True, take)
+        if take:
+            try:
+                headers.append((name.decode("utf-8"), header_value))
+            except UnicodeDecodeError as err:
+                raise CorruptDataError(f"record {index} header key is not UTF-8: {err}"
+                                       ) from err
+    return pos, ((key, value, headers) if take else None)
 
 
 def iter_raw(data: bytes, *, record_count: int, last_offset_delta: int,
-             base_timestamp: int) -> Iterator[RawRecord]:
-    """Every record of an uncompressed v2 payload, checked (see the module docstring)."""
+             base_timestamp: int, decode: bool = False) -> Iterator[RawRecord]:
+    """Every record of an uncompressed v2 payload, checked (see the module docstring); with
+    ``decode`` each also carries its key, value and headers (one walk for both)."""
     view = memoryview(data)
     end = len(data)
     if record_count > end // MIN_RECORD_BYTES:
@@ -120,38 +138,15 @@ def iter_raw(data: bytes, *, record_count: int, last_offset_delta: int,
             raise CorruptDataError(f"record {index} timestamp {base_timestamp} + "
                                    f"{timestamp_delta} does not fit int64")
         body_start = pos
-        if _walk_body(data, pos, record_end, index) != record_end:
+        body_end, fields = _walk_body(data, pos, record_end, index, decode)
+        if body_end != record_end:
             raise CorruptDataError(f"record {index} fields end before its length {length}")
         previous_delta = offset_delta
         yield RawRecord(index, attributes, timestamp_delta, offset_delta,
-                        view[body_start:record_end])
+                        view[body_start:record_end], fields)
         pos = record_end
     if pos != end:
         raise CorruptDataError(f"{end - pos} bytes after the last of {record_count} records")
-
-
-def decode_body(body) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
-    """(key, value, headers) of a checked record body; header keys decoded as UTF-8."""
-    end = len(body)
-    key, pos = _read_bytes(body, 0, end)
-    value, pos = _read_bytes(body, pos, end)
-    count, pos = _varint(body, pos, end, 5, "header count")
-    headers = []
-    for _ in range(count):
-        name, pos = _read_bytes(body, pos, end)
-        header_value, pos = _read_bytes(body, pos, end)
-        try:
-            headers.append((bytes(name).decode("utf-8"), header_value))
-        except UnicodeDecodeError as err:
-            raise CorruptDataError(f"header key is not UTF-8: {err}") from err
-    return key, value, headers
-
-
-def _read_bytes(body, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = _varint(body, pos, end, 5, "length")
-    if length < 0:
-        return None, pos
-    return bytes(body[pos:pos + length]), pos + length
 
 
 def zigzag(value: int) -> bytes:
