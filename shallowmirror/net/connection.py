@@ -246,7 +246,14 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             if self._timer is None:
                 self._timer = self._loop.call_at(deadline, self._check_timeout)
         if sock is not None and transport.get_write_buffer_size() == 0:
-            rest = _sendmsg_all(sock, buffers)
+            try:
+                rest = _sendmsg_all(sock, buffers)
+            except OSError as err:       # reset or closed by the broker under the write
+                self._fail(self._owner.error(f"connection lost while sending: {err}"))
+                if future is not None:
+                    future.exception()   # failed by _fail; the caller gets the raise instead
+                assert self.closed_error is not None
+                raise self.closed_error from err
             if rest:
                 transport.write(b"".join(rest))  # only what the kernel did not take
         elif len(buffers) == 1:
