@@ -24,13 +24,11 @@ import json
 import sys
 import time
 
-from kafka.protocol.consumer import FetchRequest
-
 from shallowmirror import codec
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.core import EngineCore
-from shallowmirror.engine.source import FETCH_API_KEY, FETCH_VERSIONS
 from shallowmirror.net import Cluster
+from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 
 
 async def prefetch(cluster: Cluster, topic: str) -> dict[int, list]:
@@ -39,17 +37,11 @@ async def prefetch(cluster: Cluster, topic: str) -> dict[int, list]:
     out: dict[int, list] = {}
     for p in cluster.partitions(topic) or []:
         conn = await cluster.connection(cluster.leader(topic, p))
-        version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
+        version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
         position, high, views = 0, -1, []
         while high < 0 or position < high:
-            req = FetchRequest[version](
-                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=16 << 20,
-                isolation_level=0, session_id=0, session_epoch=-1,
-                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=p, current_leader_epoch=-1, fetch_offset=position,
-                        log_start_offset=-1, partition_max_bytes=16 << 20)])],
-                forgotten_topics_data=[], rack_id="")
+            req = fetch_request(version, [(topic, p, position, 16 << 20)], max_wait_ms=100,
+                                min_bytes=1, max_bytes=16 << 20)
             frame = await conn.request_frame(req)
             response = codec.decode_fetch_response(frame, version)
             for t in response.topics:

@@ -1,7 +1,7 @@
 """The codec's contract: what the native (Cython) codec and its pure-Python twin both provide.
 
 Both implementations expose the same functions with the same signatures and return objects with the
-same attribute names and values; the differential suite (tests/unit/codec/test_differential*.py)
+same attribute names and values; the differential suite (tests/unit/codec/test_records_differential.py)
 holds them to it. Buffers handed out (``BatchView.buffer``, ``FetchPartition.records``, the body
 returned by ``rewrite_for_produce``) are *views into the caller's buffer*, never copies.
 

@@ -164,7 +164,6 @@ class SourcePartition:
         self.batches = 0
         self.bytes = 0
         self.errors = 0
-        self.in_flight: set[FetchedBatch] = set()
 
     @property
     def tp(self) -> TP:

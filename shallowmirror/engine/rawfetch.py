@@ -13,12 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest
-
 from shallowmirror import codec
-from shallowmirror.engine.source import FETCH_API_KEY, FETCH_VERSIONS
 from shallowmirror.errors import BrokerError, Where
 from shallowmirror.net import Cluster
+from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 
 
 @dataclass(frozen=True)
@@ -68,7 +66,7 @@ async def fetch_all(config: Mapping[str, Any], topic: str, *, alias: str = "clus
 
         async def run(leader: int, parts: list[int]) -> None:
             conn = await cluster.connection(leader)
-            version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
+            version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
             rotation = 0
             while True:
                 todo = [p for p in parts if high[p] < 0 or position[p] < high[p]]
@@ -76,15 +74,9 @@ async def fetch_all(config: Mapping[str, Any], topic: str, *, alias: str = "clus
                     return
                 rotation += 1
                 todo = todo[rotation % len(todo):] + todo[:rotation % len(todo)]
-                req = FetchRequest[version](
-                    replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
-                    isolation_level=isolation_level, session_id=0, session_epoch=-1,
-                    topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                        FetchRequest.FetchTopic.FetchPartition(
-                            partition=p, current_leader_epoch=-1, fetch_offset=position[p],
-                            log_start_offset=-1, partition_max_bytes=max_bytes)
-                        for p in todo])],
-                    forgotten_topics_data=[], rack_id="")
+                req = fetch_request(version, ((topic, p, position[p], max_bytes) for p in todo),
+                                    max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
+                                    isolation_level=isolation_level)
                 frame = await conn.request_frame(req)
                 totals.fetches += 1
                 response = codec.decode_fetch_response(frame, version)

@@ -24,9 +24,11 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from kafka import errors as Errors
 from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
+from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.config import acks_value
 from shallowmirror.engine.packing import Plan, Rotation, plan_request
@@ -41,23 +43,21 @@ from shallowmirror.errors import (
     broker_error_info,
 )
 from shallowmirror.net import Cluster
+from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
 
-PRODUCE_API_KEY = 0
-PRODUCE_VERSIONS = (3, 9)
-
-# Kafka error codes the sink treats specially.
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-RECORD_LIST_TOO_LARGE = 18
-INVALID_TIMESTAMP = 32
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_PRODUCER_ID = 59
-PRODUCER_FENCED = 90
-INVALID_PRODUCER_ID_MAPPING = 49
+# Kafka error codes the sink treats specially (kafka-python's table of Kafka's Errors.java).
+UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
+MESSAGE_TOO_LARGE = Errors.MessageSizeTooLargeError.errno
+RECORD_LIST_TOO_LARGE = Errors.RecordListTooLargeError.errno
+INVALID_TIMESTAMP = Errors.InvalidTimestampError.errno
+OUT_OF_ORDER_SEQUENCE_NUMBER = Errors.OutOfOrderSequenceNumberError.errno
+DUPLICATE_SEQUENCE_NUMBER = Errors.DuplicateSequenceNumberError.errno
+INVALID_PRODUCER_EPOCH = Errors.InvalidProducerEpochError.errno
+UNKNOWN_PRODUCER_ID = Errors.UnknownProducerIdError.errno
+PRODUCER_FENCED = Errors.ProducerFencedError.errno
+INVALID_PRODUCER_ID_MAPPING = Errors.InvalidProducerIdMappingError.errno
 _IDENTITY_ERRORS = {OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID,
                     PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING}
 #: UNKNOWN_TOPIC_OR_PARTITION is retriable in Kafka (metadata may lag); give up after this many.
@@ -179,7 +179,7 @@ class Sink:
     async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
         try:
             conn = await self.owner.connection(self.node_id)
-            version = conn.api_version(PRODUCE_API_KEY, PRODUCE_VERSIONS)
+            version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
             topics: dict[str, list] = {}
             for (topic, partition), batch in picks:
                 topics.setdefault(topic, []).append((partition, [[batch.header, batch.rest]]))
@@ -386,7 +386,8 @@ class Sinks:
         backoff = self.runtime.backoff()
         while True:
             conn = await self.cluster.any_connection()
-            version = conn.api_version(InitProducerIdRequest.API_KEY, (3, 5))
+            version = conn.api_version(InitProducerIdRequest.API_KEY,
+                                       versions(InitProducerIdRequest.API_KEY))
             req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
                                         producer_id=-1, producer_epoch=-1, version=version)
             resp = await conn.request(req)

@@ -29,7 +29,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.errors import OffsetOutOfRangeError
+from kafka.protocol.consumer import ListOffsetsRequest
 
 from shallowmirror import codec
 from shallowmirror.codec import deep
@@ -49,12 +50,10 @@ from shallowmirror.errors import (
     broker_error_info,
 )
 from shallowmirror.net import Cluster
+from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 
 log = logging.getLogger(__name__)
 
-FETCH_API_KEY = 1
-FETCH_VERSIONS = (4, 12)
-OFFSET_OUT_OF_RANGE = 1
 
 
 class Source:
@@ -146,25 +145,17 @@ class Source:
     def _request(self, version: int, ready: list[tuple[str, int]],
                  max_bytes: int | None = None) -> Any:
         max_bytes = self.max_bytes if max_bytes is None else max_bytes
-        topics: dict[str, list] = {}
-        for tp in ready:
-            sp = self.partitions[tp]
-            topics.setdefault(tp[0], []).append(FetchRequest.FetchTopic.FetchPartition(
-                partition=tp[1], current_leader_epoch=-1, fetch_offset=sp.fetch_position,
-                log_start_offset=-1,
-                partition_max_bytes=min(self.partition_max_bytes, max_bytes)))
-        req = FetchRequest[version](
-            replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
-            max_bytes=max_bytes, isolation_level=1 if self.read_committed else 0,
-            session_id=0, session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id="")
-        return req
+        per_partition = min(self.partition_max_bytes, max_bytes)
+        return fetch_request(
+            version, ((t, p, self.partitions[(t, p)].fetch_position, per_partition)
+                      for t, p in ready),
+            max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
+            isolation_level=1 if self.read_committed else 0)
 
     async def _fetch_once(self, ready: list[tuple[str, int]],
                           max_bytes: int | None = None) -> None:
         conn = await self.owner.connection(self.node_id)
-        version = conn.api_version(FETCH_API_KEY, FETCH_VERSIONS)
+        version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
         asked = {tp: self.partitions[tp].fetch_position for tp in ready}
         frame = await conn.request_frame(self._request(version, ready, max_bytes))
         self.fetches += 1
@@ -195,8 +186,8 @@ class Source:
         bytes without one complete batch are a corrupt or oversized batch, not a short read."""
         if part.error_code:
             info = broker_error_info(part.error_code)
-            if part.error_code == OFFSET_OUT_OF_RANGE:
-                self.owner.offset_out_of_range(sp, part.high_watermark, part.log_start_offset)
+            if part.error_code == OffsetOutOfRangeError.errno:
+                self.owner.offset_out_of_range(sp)
             elif info.invalid_metadata or info.retriable:
                 self.owner.leader_moved(sp, info.name)
             else:
@@ -421,9 +412,7 @@ class Sources:
                 conn = await self.cluster.leader_connection(*tp)
                 # Under read_committed "latest" is the last stable offset (isolation_level=1, as
                 # the Java consumer asks): past it, records of open transactions would be skipped.
-                # Versions: v1+ (one offset per partition) up to v7, what this code was checked
-                # against (KIP-734's v7 adds max-timestamp lookups we never send), capped again by
-                # what the broker announces.
+                # Versions: net.protocol.API_VERSIONS, capped by what the broker announces.
                 req = ListOffsetsRequest(
                     replica_id=-1, isolation_level=self._list_offsets_isolation,
                     topics=[ListOffsetsRequest.ListOffsetsTopic(
@@ -431,7 +420,8 @@ class Sources:
                             ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                                 partition_index=tp[1], current_leader_epoch=-1,
                                 timestamp=timestamp)])])
-                req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY, (1, 7))
+                req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY,
+                                                   versions(ListOffsetsRequest.API_KEY))
                 resp = await conn.request(req)
                 part = resp.topics[0].partitions[0]
                 if part.error_code == 0:
@@ -505,8 +495,9 @@ class Sources:
             self._moving.discard(sp.tp)
 
     # ---- faults and skips ----
-    def offset_out_of_range(self, sp: SourcePartition, high_watermark: int,
-                            log_start_offset: int) -> None:
+    def offset_out_of_range(self, sp: SourcePartition) -> None:
+        """Apply ``auto.offset.reset`` to ``sp`` (ListOffsets, not the response's log start:
+        the broker's answer to the reset is what counts)."""
         self.detach(sp)
         self.runtime.supervisor.spawn(self._reset_out_of_range(sp), what="auto.offset.reset",
                                       where=self._where_obj(sp.tp))

@@ -13,15 +13,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kafka.protocol.consumer import FetchRequest
-
 from shallowmirror import codec
+from shallowmirror.codec.layout import COMPRESSION_NAMES
+from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 
 log = logging.getLogger(__name__)
 
-#: Attribute bits 0-2 of a RecordBatch -> codec name.
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_FETCH_API_KEY, _FETCH_VERSIONS = 1, (4, 12)
 
 
 async def probe_codec(config: Mapping[str, Any], topic: str, *, alias: str = "source",
@@ -55,15 +52,9 @@ async def _first_codec(cluster: Any, topic: str, partition: int) -> str | None:
     if leader is None:
         return None
     conn = await cluster.connection(leader)
-    version = conn.api_version(_FETCH_API_KEY, _FETCH_VERSIONS)
-    req = FetchRequest[version](
-        replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1024 * 1024,
-        isolation_level=0, session_id=0, session_epoch=-1,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-            FetchRequest.FetchTopic.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=0,
-                log_start_offset=-1, partition_max_bytes=1024 * 1024)])],
-        forgotten_topics_data=[], rack_id="")
+    version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
+    req = fetch_request(version, [(topic, partition, 0, 1024 * 1024)], max_wait_ms=100,
+                        min_bytes=1, max_bytes=1024 * 1024)
     frame = await conn.request_frame(req)
     if frame is None:
         return None
@@ -76,5 +67,5 @@ async def _first_codec(cluster: Any, topic: str, partition: int) -> str | None:
                                         partition=partition)
             for batch in split.batches:
                 if not batch.is_control:
-                    return CODEC_NAMES.get(batch.compression)
+                    return COMPRESSION_NAMES.get(batch.compression)
     return None

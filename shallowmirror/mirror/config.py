@@ -4,7 +4,8 @@ The result is a ``MirrorConfig``: the clusters and one ``FlowConfig`` per enable
 its resolved settings and its four client configs. Everything is checked before anything runs;
 every problem is reported at once (``ConfigError``); unknown keys warn with the closest known key.
 
-MM2 precedence, decided in one place (``resolve_flow``), highest first::
+MM2 precedence, decided in one place (``client_config`` for the four client configs,
+``_settings_raw`` for the settings), highest first::
 
     settings (topics, refresh..., engine keys)      source consumer (flow A->B)
       A->B.<key>                                      A->B.consumer.<key>

@@ -33,18 +33,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka import errors as Errors
 from kafka.protocol.metadata import MetadataRequest
 
 from shallowmirror.errors import BrokerError, ConnectionFailedError, Where
 from shallowmirror.net.config import ClientSettings, client_settings
 from shallowmirror.net.connection import AuthenticationFailedError, BrokerConnection
+from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
 
-#: Metadata versions this module decodes (v1: null topics means all; v4: auto-creation flag).
-METADATA_VERSIONS = (1, 12)
-_UNKNOWN_TOPIC_OR_PARTITION = 3
-_LEADER_NOT_AVAILABLE = 5
 
 
 @dataclass(frozen=True)
@@ -176,7 +174,7 @@ class Cluster:
 
     async def _fetch_metadata(self, topics: list[str] | None) -> None:
         conn = await self.any_connection()
-        version = conn.api_version(MetadataRequest.API_KEY, METADATA_VERSIONS)
+        version = conn.api_version(MetadataRequest.API_KEY, versions(MetadataRequest.API_KEY))
         try:
             response = await conn.request(_metadata_request(version, topics))
         except ConnectionFailedError:
@@ -284,9 +282,9 @@ class Cluster:
             if meta is not None and meta.error_code:
                 code = meta.error_code
             elif partition in (self.partitions(topic) or ()):
-                code = _LEADER_NOT_AVAILABLE
+                code = Errors.LeaderNotAvailableError.errno
             else:
-                code = _UNKNOWN_TOPIC_OR_PARTITION
+                code = Errors.UnknownTopicOrPartitionError.errno
             raise BrokerError(code, Where(cluster=self.alias, topic=topic, partition=partition))
         return await self.connection(node_id)
 

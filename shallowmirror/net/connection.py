@@ -63,6 +63,7 @@ from shallowmirror.errors import (
     Where,
 )
 from shallowmirror.net.config import ClientSettings
+from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
 
@@ -502,7 +503,8 @@ class BrokerConnection:
         settings = self.settings
         mechanism_name = settings.sasl_mechanism
         where = Where(cluster=settings.alias)
-        handshake_version = self.api_version(SaslHandshakeRequest.API_KEY, (1, 1))
+        handshake_version = self.api_version(SaslHandshakeRequest.API_KEY,
+                                             versions(SaslHandshakeRequest.API_KEY))
         handshake = await self.request(SaslHandshakeRequest(mechanism=mechanism_name,
                                                             version=handshake_version))
         if handshake.error_code == _UNSUPPORTED_SASL_MECHANISM:
@@ -515,7 +517,8 @@ class BrokerConnection:
             sasl_mechanism=mechanism_name, sasl_plain_username=settings.sasl_username,
             sasl_plain_password=settings.sasl_password, host=self.host,
             security_protocol=settings.security_protocol)
-        auth_version = self.api_version(SaslAuthenticateRequest.API_KEY, (0, 2))
+        auth_version = self.api_version(SaslAuthenticateRequest.API_KEY,
+                                        versions(SaslAuthenticateRequest.API_KEY))
         while not mechanism.is_done():
             response = await self.request(SaslAuthenticateRequest(
                 auth_bytes=mechanism.auth_bytes(), version=auth_version))

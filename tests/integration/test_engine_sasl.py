@@ -31,7 +31,7 @@ MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
            "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 #: Apache Kafka refuses session.timeout.ms below its group.min.session.timeout.ms (6 s).
 GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
-#: Where DESIGN.md keeps a Kafka 3.7 next to the project, used when KAFKA_HOME is not set.
+#: The Kafka 3.7 shared next to the project checkout, used when KAFKA_HOME is not set.
 SHARED_KAFKA = Path(__file__).resolve().parents[3] / "shared" / "kafka"
 
 
