@@ -299,9 +299,11 @@ def test_report_of_a_mirror_run_has_both_paths_cpu_and_throughput_windows(
     assert sorted(r["modes"] for r in totals) == ["deep", "shallow"]
     assert all(int(r["records"]) == 20_000 for r in totals)
     # Both paths write CPU/RSS samples from their start: every run has a CPU figure.
-    processes = table("process_summary")
-    assert {r["run_id"] for r in processes} == {r["run_id"] for r in totals}
-    assert all(int(r["samples"]) >= 2 and float(r["cpu_s"]) > 0 for r in processes), processes
+    # (A runner restarted after an error is a run of its own, with samples and no records.)
+    processes = {r["run_id"]: r for r in table("process_summary")}
+    mirrored = [processes.get(r["run_id"]) for r in totals]
+    assert all(p is not None and int(p["samples"]) >= 2 and float(p["cpu_s"]) > 0
+               for p in mirrored), (mirrored, totals)
     # Throughput over time is drawn per window (records/s, comparable across both paths).
     windows = table("flow_windows")
     assert {r["run_id"] for r in windows} == {r["run_id"] for r in totals}
