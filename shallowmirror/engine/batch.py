@@ -173,6 +173,18 @@ class SourcePartition:
     def fetch_position(self) -> int:
         return self.offsets.end
 
+    def abandon_pending(self, *, release: bool = False) -> int:
+        """Give up every fetched batch not yet acknowledged (revoked, or the engine stopping):
+        the position stays at the last acknowledged batch, so they are mirrored again by whoever
+        fetches next. ``release`` also gives their frames back to the budget. Returns how many."""
+        entries = self.offsets.abandon_pending()
+        for entry in entries:
+            if isinstance(entry.payload, FetchedBatch):
+                entry.payload.abandoned = True
+                if release:
+                    entry.payload.release()
+        return len(entries)
+
     @property
     def fetchable(self) -> bool:
         return not self.paused and self.error is None and self.leader is not None

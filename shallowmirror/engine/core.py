@@ -1,8 +1,17 @@
-"""The engine core: owns the clusters, the partitions, the sources and sinks, and the bookkeeping
-that ties them together (acknowledgements -> offsets -> commits, errors -> stopped partitions).
+"""The engine core: the lifecycle of one flow, the partitions it owns, and what an
+acknowledgement means (offsets -> commits -> hooks; failures -> stopped partitions).
 
-``MirrorEngine`` (routing every batch by a topic mapper) and ``BatchForwarder`` (a program decides
-per batch) are thin layers over this class: they differ only in ``deliver``.
+Who does what::
+
+    membership (thread) --assigned/revoked--> core --attach/detach--> source.Sources
+    discovery --topics/partitions--> membership        Source per broker --batch--> router
+    router (passed in) --route()--> sink.Sinks --> Sink per broker --ack/fail--> core
+    core --> offsets, offset maps, metrics, hooks (batch acknowledged, offsets committed,
+             partitions assigned/revoked), commits through membership
+
+``MirrorEngine`` (routing by a topic mapper) and ``BatchForwarder`` (a program decides per batch)
+differ only in the router they pass in. Clusters and membership come from injected factories.
+Every task runs under ``runtime.supervisor``: nothing dies silently.
 
 Lifecycle: ``run`` starts both clusters, gets the producer identity, joins the group; partitions
 arrive through ``Membership`` with their committed offsets (or auto.offset.reset); on revocation
@@ -10,11 +19,12 @@ they are finished or abandoned and their positions committed; on stop, fetching 
 flight is given ``request.timeout.ms`` to be acknowledged, the final positions are committed and
 everything is closed.
 
-Error policy (DESIGN.md "Errors"): retriable -> retry with backoff and log; a partition-level fault
-(corrupt or legacy source batch, a batch too large for the target, an unknown target partition,
-a non-retriable produce error) stops that one partition with an error naming cluster, topic,
-partition and offset, forwards nothing more from it and never advances its offset; authentication
-failures end ``run`` with the error.
+Error policy: retriable -> retry with backoff and log; a partition-level fault (corrupt or legacy
+source batch, a batch too large for the target, an unknown target partition, a non-retriable
+produce error) stops that one partition with an error naming cluster, topic, partition and
+offset, forwards nothing more from it and never advances its offset; anything else (an
+authentication failure, an engine task's unexpected error, a hook that raises) ends ``run`` with
+the error.
 """
 
 from __future__ import annotations
@@ -22,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,11 +45,7 @@ from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
-from shallowmirror.errors import (
-    LocatedError,
-    ShallowMirrorError,
-    Where,
-)
+from shallowmirror.errors import LocatedError, ShallowMirrorError, Where
 from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
@@ -68,7 +73,6 @@ class EngineCore:
         self.source_alias, self.target_alias = source_alias, target_alias
         self.flow = flow or f"{source_alias}->{target_alias}"
         self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
-        self._fatal_event: asyncio.Event | None = None
         self.runtime = Runtime(self.settings, fail=self.fail)
         self.discovery = TopicDiscovery(self.runtime, topics, alias=source_alias)
         self.supervisor = self.runtime.supervisor
@@ -82,7 +86,6 @@ class EngineCore:
         self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias)
         self.duplicates_unknown_offset = 0
         self._fatal: BaseException | None = None
-        self._stop_event: asyncio.Event | None = None
         self.metrics = EngineMetrics(self.settings, metrics_sink, flow=self.flow,
                                      source_alias=source_alias, target_alias=target_alias,
                                      budget=self.budget)
@@ -96,18 +99,11 @@ class EngineCore:
         """Change the topic set (list, regex or predicate); picked up by the next discovery."""
         self.discovery.set_topics(topics)
 
-    @property
-    def stopping(self) -> bool:
-        return self.runtime.stopping
-
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Mirror until ``stop`` is set (or a fatal error); commit on the way out."""
-        self._stop_event = stop = stop or asyncio.Event()
+        stop = stop or asyncio.Event()
         self.runtime.loop = loop = asyncio.get_running_loop()
-        self._fatal_event = asyncio.Event()
-        if self._fatal is not None:
-            self._fatal_event.set()
         self.source = self.cluster_factory(self.source_config, self.source_alias)
         self.target = self.cluster_factory(self.target_config, self.target_alias)
         try:
@@ -128,25 +124,20 @@ class EngineCore:
                 lambda: self.discovery.run(self.source, self.membership),
                 what="topic discovery", where=source)
             self.supervisor.spawn_loop(self._commit_loop, what="offset commits", where=source)
-            self.supervisor.spawn_loop(lambda: self.metrics.run(lambda: self.stopping),
+            self.supervisor.spawn_loop(lambda: self.metrics.run(lambda: self.runtime.stopping),
                                        what="metrics", where=source)
             self.ready = True
             self.runtime.progress.notify()
-            waiter = asyncio.create_task(stop.wait())
-            fatal = asyncio.create_task(self._wait_fatal())
-            await asyncio.wait({waiter, fatal}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            fatal.cancel()
+            stopped = asyncio.ensure_future(stop.wait())
+            failed = asyncio.ensure_future(
+                self.runtime.progress.wait_until(lambda: self._fatal is not None))
+            await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            failed.cancel()
         finally:
             await self._shutdown()
         if self._fatal is not None:
             raise self._fatal
-
-    async def _wait_fatal(self) -> None:
-        assert self._fatal_event is not None
-        while self._fatal is None:       # woken by fail() (no polling)
-            await self._fatal_event.wait()
-            self._fatal_event.clear()
 
     def _membership_failed(self, err: BaseException) -> None:
         """The membership thread ended with ``err`` (called from that thread)."""
@@ -158,7 +149,6 @@ class EngineCore:
         """End ``run`` with ``err`` (the first fatal error wins; callable from any thread)."""
         if self._fatal is None:
             self._fatal = err
-            self.runtime.wake_soon(self._fatal_event)
             self.runtime.wake_soon(self.runtime.progress)
 
     async def _shutdown(self) -> None:
@@ -183,10 +173,7 @@ class EngineCore:
                 except HookError as err:
                     self.fail(err)           # run() raises it once shutdown is done
         for sp in self.partitions.values():
-            for entry in sp.offsets.abandon_pending():
-                if isinstance(entry.payload, FetchedBatch):
-                    entry.payload.abandoned = True
-                    entry.payload.release()
+            sp.abandon_pending(release=True)
         self.metrics.close()
         for cluster in (self.source, self.target):
             if cluster is not None:
@@ -220,13 +207,10 @@ class EngineCore:
             self.settings["request.timeout.ms"] / 1000 if commit else 0)
         result = {}
         for sp in owned:
-            abandoned = sp.offsets.abandon_pending()
-            for entry in abandoned:
-                if isinstance(entry.payload, FetchedBatch):
-                    entry.payload.abandoned = True
+            abandoned = sp.abandon_pending()
             if abandoned:
                 log.warning("%s: %d batches abandoned on revocation; they may be mirrored "
-                            "again by the next owner", self._where(sp.tp), len(abandoned))
+                            "again by the next owner", self._where(sp.tp), abandoned)
             result[sp.tp] = sp.offsets.committed
             self.partitions.pop(sp.tp, None)
         if owned:
@@ -256,12 +240,7 @@ class EngineCore:
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size
-        lag = None if sp.high_watermark < 0 else max(0, sp.high_watermark - sp.offsets.committed)
-        self.metrics.flows.batch_acked(
-            batch.topic, batch.partition, batch.target_topic or batch.topic,
-            compression=batch.compression, records=batch.record_count,
-            compressed_bytes=batch.size,
-            latency_ms=(time.monotonic() - batch.fetched_at) * 1000, offset_lag=lag)
+        self.metrics.batch_acked(batch, sp)
         batch._finish(target_base, None)
         self.runtime.progress.notify()
 
@@ -287,7 +266,7 @@ class EngineCore:
     # ------------------------------------------------------------------ commits & metrics
     async def _commit_loop(self) -> None:
         interval = self.settings["offset.commit.interval.ms"] / 1000
-        while not self.stopping:
+        while not self.runtime.stopping:
             await asyncio.sleep(interval)
             await self.commit_now()
 

@@ -187,6 +187,15 @@ class EngineMetrics:
             if not isinstance(self.sink, NullMetricsSink):
                 self.sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
 
+    def batch_acked(self, batch: Any, sp: Any) -> None:
+        """One acknowledged ``FetchedBatch`` of source partition ``sp`` (its lag after it)."""
+        lag = None if sp.high_watermark < 0 else max(0, sp.high_watermark - sp.offsets.committed)
+        self.flows.batch_acked(
+            batch.topic, batch.partition, batch.target_topic or batch.topic,
+            compression=batch.compression, records=batch.record_count,
+            compressed_bytes=batch.size,
+            latency_ms=(time.monotonic() - batch.fetched_at) * 1000, offset_lag=lag)
+
     def close(self) -> None:
         """Flush what is left, write the last process record, close an owned file."""
         self.flows.flush()
