@@ -331,6 +331,8 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
             watcher.close()
         if interrupted and mm2_run is not None:
             mm2_run.remove()  # Ctrl-C: MirrorMaker 2 is stopped, its files explain nothing
+        elif mm2_run is not None:
+            _drop_mm2_topics(clusters, run_id)
     record["exit_code"] = exit_code
     samples = sampler.samples if sampler else []
     start = record["started_at"]
@@ -363,6 +365,18 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         mm2_run.remove()
     stderr_file.close()
     record["ok"] = not problems
+
+
+def _drop_mm2_topics(clusters: Clusters, run_id: str) -> None:
+    """Delete a finished MirrorMaker 2 run's internal topics (31 partitions per cluster and run
+    at Connect's defaults), so later runs do not share the brokers with them."""
+    for bootstrap in (clusters.source, clusters.target):
+        for topic in mm2_mode.internal_topics(run_id).values():
+            try:
+                topics.delete(bootstrap, topic)
+            except Exception as err:  # noqa: BLE001 - leftovers cost broker time, not results
+                log.warning("could not delete MirrorMaker 2 topic %s on %s: %s", topic,
+                            bootstrap, err)
 
 
 def _kafka_home(config: BenchConfig) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from shallowmirror.bench import topics as bench_topics
 from shallowmirror.bench.matrix import expand
 from shallowmirror.bench.runner import BenchConfig, run_bench
 from shallowmirror.codec.layout import COMPRESSION_ZSTD
@@ -165,6 +166,11 @@ def test_mm2_mode_mirrors_a_tiny_workload_and_reports_its_start_up(kafka_pair):
                           topic=r["target_topic"]) == []
     batches, _ = asyncio.run(fetch_all(target_cluster.client_config(), r["target_topic"]))
     assert {b.compression for part in batches.values() for b in part} == {COMPRESSION_ZSTD}
+    # Its Connect worker topics were the run's own (not the defaults) and went with the run.
+    for cluster in kafka_pair:
+        left = [t for t in bench_topics.admin(cluster.bootstrap).list_topics(timeout=10).topics
+                if t.startswith(("mm2-offsets", "mm2-configs", "mm2-status"))]
+        assert left == [], cluster.alias
 
 
 def test_mm2_needs_kafka_clusters():

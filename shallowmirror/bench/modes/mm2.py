@@ -75,6 +75,15 @@ def _topic_pattern(topic: str) -> str:
     return "".join(f"[{c}]" if c == "." else c for c in topic)
 
 
+def internal_topics(run_id: str) -> dict[str, str]:
+    """The run's own Connect internal topics (setting -> name), created on both clusters (one
+    herder per direction) and deleted by the harness after the run."""
+    suffix = run_id.replace(".", "-")
+    return {"offset.storage.topic": f"mm2-offsets-{suffix}",
+            "config.storage.topic": f"mm2-configs-{suffix}",
+            "status.storage.topic": f"mm2-status-{suffix}"}
+
+
 def properties(source: str, target: str, topics: list[str], codec: str, run_id: str) -> str:
     """The mm2.properties text for one run."""
     suffix = run_id.replace(".", "-")
@@ -89,9 +98,7 @@ def properties(source: str, target: str, topics: list[str], codec: str, run_id: 
         # (committed source offsets above all) carries over from an earlier run.
         f"{SOURCE_ALIAS}.group.id": f"mm2-{suffix}-{SOURCE_ALIAS}",
         f"{TARGET_ALIAS}.group.id": f"mm2-{suffix}-{TARGET_ALIAS}",
-        "offset.storage.topic": f"mm2-offsets-{suffix}",
-        "config.storage.topic": f"mm2-configs-{suffix}",
-        "status.storage.topic": f"mm2-status-{suffix}",
+        **internal_topics(run_id),
     }
     props.update(dict.fromkeys(_REPLICATION_FACTOR_KEYS, "1"))
     return "".join(f"{key} = {value}\n" for key, value in props.items())
