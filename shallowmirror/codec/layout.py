@@ -93,6 +93,8 @@ COMPRESSION_ZSTD = 4
 MAX_COMPRESSION_V2 = COMPRESSION_ZSTD
 MAX_COMPRESSION_LEGACY = COMPRESSION_LZ4
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+#: The codec names, in codec-id order (what compression.type and the tools accept).
+CODEC_NAMES = tuple(COMPRESSION_NAMES.values())
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1

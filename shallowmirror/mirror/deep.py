@@ -29,13 +29,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from shallowmirror.codec.layout import CODEC_NAMES
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import build_client
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
 
 log = logging.getLogger(__name__)
 
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+CODECS = CODEC_NAMES
 #: Engine keys that mean something else (or nothing) to librdkafka.
 _NOT_FOR_LIBRDKAFKA = ("partition.assignment", "legacy.format", "log.append.time",
                        "multiple.batches.per.partition", "crc.check", "metrics.file",

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from shallowmirror.codec.layout import CODEC_NAMES
 from shallowmirror.errors import ShallowMirrorError, needs_operator
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import FlowConfig
@@ -32,7 +33,6 @@ from shallowmirror.mirror.topic_sync import ClusterUnreachableError, TopicSync
 
 log = logging.getLogger(__name__)
 
-_CODEC_NAMES = ("gzip", "snappy", "lz4", "zstd", "none")
 
 
 class FlowFailedError(ShallowMirrorError):
@@ -261,7 +261,7 @@ class FlowRunner:
                 value = getattr(described.get("compression.type"), "value", None)
             except Exception:  # noqa: BLE001 - the probe below decides
                 value = None
-            if value not in _CODEC_NAMES:
+            if value not in CODEC_NAMES:
                 value = await probe_codec(self.flow.source_consumer, topic,
                                           alias=self.flow.source)
             if value:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shallowmirror.codec.layout import CODEC_NAMES
 from shallowmirror.errors import ConfigError, ShallowMirrorError
 from shallowmirror.rdkafka_logs import with_log_config
 from shallowmirror.testing.topics import (
@@ -37,7 +38,7 @@ from shallowmirror.testing.topics import (
     client_config,
 )
 
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+CODECS = CODEC_NAMES
 
 _EVENTS = ["page_view", "click", "add_to_cart", "purchase", "search", "login", "logout", "scroll"]
 _PAGES = ["/", "/home", "/products", "/products/item", "/cart", "/checkout", "/search",
