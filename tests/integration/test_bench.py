@@ -137,6 +137,7 @@ def kafka_pair(request: pytest.FixtureRequest) -> Iterator[tuple]:
         yield source, target
 
 
+@pytest.mark.needs_real_kafka("MirrorMaker 2 runs on Kafka clusters")
 def test_mm2_mode_mirrors_a_tiny_workload_and_reports_its_start_up(kafka_pair):
     source_cluster, target_cluster = kafka_pair
     config = BenchConfig(

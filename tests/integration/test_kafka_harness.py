@@ -21,7 +21,9 @@ from shallowmirror.testing import kafka
 from shallowmirror.testing.embedded import BrokerStartError
 from shallowmirror.testing.topics import read_topic
 
-pytestmark = pytest.mark.integration
+# In the Apache Kafka run of `make test` only: run 1 (tansu) would start the same JVMs again.
+pytestmark = [pytest.mark.integration,
+              pytest.mark.needs_real_kafka("starts Apache Kafka clusters of its own")]
 
 
 def _kafka_home() -> str:
