@@ -1,0 +1,236 @@
+"""`shallowmirror verify` as a subprocess against the session clusters.
+
+An exact copy made by `shallowmirror mirror` passes. The failing cases need a target that differs
+from its source in one known place, so the test writes those remote topics itself: every source
+data batch forwarded through the engine's raw produce path (``rewrite_for_produce`` +
+``encode_produce_request``, as the mirror does), then one byte flipped / the last batch left out /
+one batch added. tansu stores a batch as sent, so the flipped byte is sent; Apache Kafka checks
+CRCs on produce, so there the batch goes in intact and its last byte is flipped in the segment
+file afterwards (a broker serves fetches from the file without checking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from engine_support import _flip_last_byte_on_disk
+from test_mirror_cli import group_timings, mm2_properties, run_cli, run_until_caught_up
+
+from shallowmirror import codec
+from shallowmirror.mirror.verify import PartitionReader
+from shallowmirror.net import Cluster
+from shallowmirror.testing.workload import Workload, create_topic, load
+
+pytestmark = pytest.mark.integration
+
+#: partition -> the batches to produce (each the bytes of one whole batch); edited in place.
+Tamper = Callable[[dict[int, list[bytearray]]], None]
+
+
+def _load_multi_codec(cluster, topic: str, partitions: int = 2) -> None:
+    """Batches of every codec in one topic (each load appends)."""
+    for i, name in enumerate(("lz4", "zstd", "gzip", "snappy", "none")):
+        load(cluster, Workload(topic, records=600, partitions=partitions, codec=name,
+                               value_bytes=150, batch_bytes=16_000, linger_ms=5,
+                               create_topic=i == 0, seed=i))
+
+
+async def _source_batches(cluster, topic: str) -> dict[int, list[bytearray]]:
+    """Every data batch of ``topic`` as the mirror would send it (base offset 0, no producer)."""
+    c = Cluster(cluster.client_config(), "A")
+    await c.start()
+    out: dict[int, list[bytearray]] = {}
+    try:
+        await c.refresh_metadata([topic])
+        for p in c.partitions(topic) or []:
+            reader = PartitionReader(c, topic, p, read_committed=False, drop_aborted=False)
+            out[p] = []
+            async for chunk in reader.chunks():
+                for view in chunk:
+                    header, rest = codec.rewrite_for_produce(view)
+                    out[p].append(bytearray(bytes(header) + bytes(rest)))
+    finally:
+        await c.close()
+    return out
+
+
+async def _produce(cluster, topic: str, batches: dict[int, list[bytearray]]) -> dict[int, list[int]]:
+    """Produce each batch alone (acks=all); the base offsets the broker assigned."""
+    c = Cluster(cluster.client_config(), "B")
+    await c.start()
+    offsets: dict[int, list[int]] = {}
+    try:
+        await c.refresh_metadata([topic])
+        for p, items in batches.items():
+            conn = await c.leader_connection(topic, p)
+            version = conn.api_version(0, (3, 9))
+            offsets[p] = []
+            for data in items:
+                cid = conn.next_correlation_id()
+                buffers = codec.encode_produce_request(
+                    version=version, correlation_id=cid, client_id="test-verify",
+                    transactional_id=None, acks=-1, timeout_ms=10000,
+                    topics=[(topic, [(p, [[bytes(data)]])])])
+                response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
+                                                         version)
+                (_, parts), = response.topics
+                assert parts[0].error_code == 0, f"produce to {topic}-{p}: {parts[0]}"
+                offsets[p].append(parts[0].base_offset)
+    finally:
+        await c.close()
+    return offsets
+
+
+def _copy(source, topic: str, target, remote: str, tamper: Tamper | None = None
+          ) -> dict[int, list[int]]:
+    batches = asyncio.run(_source_batches(source, topic))
+    if tamper is not None:
+        tamper(batches)
+    create_topic(target.client_config(), Workload(topic=remote, partitions=len(batches)))
+    return asyncio.run(_produce(target, remote, batches))
+
+
+def _source_offsets(source, topic: str) -> dict[int, list[int]]:
+    """Base offsets of the source's data batches per partition."""
+    async def read() -> dict[int, list[int]]:
+        c = Cluster(source.client_config(), "A")
+        await c.start()
+        try:
+            await c.refresh_metadata([topic])
+            out = {}
+            for p in c.partitions(topic) or []:
+                reader = PartitionReader(c, topic, p, read_committed=False, drop_aborted=False)
+                out[p] = [v.base_offset async for chunk in reader.chunks() for v in chunk]
+            return out
+        finally:
+            await c.close()
+    return asyncio.run(read())
+
+
+def _config(tmp_path: Path, source, target, topics: str, **keys: str) -> Path:
+    return mm2_properties(tmp_path / "mm2.properties", source, target,
+                          **{"A->B.enabled": "true", "topics": topics, **keys})
+
+
+def _verify(config: Path, *args: str):
+    result = run_cli("verify", str(config), *args)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+# -- an exact copy ------------------------------------------------------------------------------
+
+
+def test_verify_passes_on_a_mirrored_multi_codec_topic_with_transactions(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    topic = unique_topic("verify-ok")
+    _load_multi_codec(source_cluster, topic)
+    # Transactions, one in three aborted: control batches the mirror drops; read_uncommitted
+    # forwards the aborted data.
+    load(source_cluster, Workload(topic, records=1500, partitions=2, codec="lz4",
+                                  value_bytes=100, transactional=True, transaction_records=250,
+                                  abort_every=3, create_topic=False, seed=9))
+    config = _config(tmp_path, source_cluster, target_cluster, topic)
+    run_until_caught_up("mirror", str(config))
+
+    result = _verify(config, "--flow", "A->B", "--topics", "verify-ok.*")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = [line for line in result.stdout.splitlines() if f"A.{topic}" in line]
+    assert len(summary) == 1, result.stdout
+    assert "2 partitions" in summary[0] and "4,500 records" in summary[0], summary
+    assert "control/aborted/empty source batches not mirrored" in summary[0], summary
+    assert "exact copy" in result.stdout
+
+
+# -- differences --------------------------------------------------------------------------------
+
+
+def test_verify_finds_a_flipped_byte_in_one_target_batch(source_cluster, target_cluster,
+                                                         tmp_path, unique_topic):
+    topic = unique_topic("verify-flip")
+    _load_multi_codec(source_cluster, topic)
+    on_disk = target_cluster.flavor == "kafka"
+
+    def flip(batches: dict[int, list[bytearray]]) -> None:
+        if not on_disk:
+            batches[1][-1][-1] ^= 0xFF
+
+    target_offsets = _copy(source_cluster, topic, target_cluster, f"A.{topic}", flip)
+    if on_disk:
+        _flip_last_byte_on_disk(target_cluster, f"A.{topic}", 1)
+    source_offsets = _source_offsets(source_cluster, topic)
+    config = _config(tmp_path, source_cluster, target_cluster, topic)
+
+    result = _verify(config)
+    assert result.returncode == 1, result.stdout + result.stderr
+    mismatch = [line for line in result.stdout.splitlines() if line.startswith("MISMATCH")]
+    size = len(asyncio.run(_source_batches(source_cluster, topic))[1][-1])
+    assert mismatch == [
+        f"MISMATCH flow A->B: source A {topic}-1 offset {source_offsets[1][-1]} / target B "
+        f"A.{topic}-1 offset {target_offsets[1][-1]}: records section differs at byte "
+        f"{size - 1} of the batch ({size} bytes on the source, {size} on the target)"], \
+        result.stdout
+    # Partition 0 was compared in full before it and is equal.
+    assert f"{topic} -> A.{topic}: 2 partitions" in result.stdout
+
+
+def test_verify_reports_a_missing_tail_and_an_extra_batch(source_cluster, target_cluster,
+                                                          tmp_path, unique_topic):
+    short, extra = unique_topic("verify-short"), unique_topic("verify-extra")
+    for topic in (short, extra):
+        load(source_cluster, Workload(topic, records=2000, partitions=2, codec="zstd",
+                                      value_bytes=150, batch_bytes=16_000, linger_ms=5))
+    short_offsets = _copy(source_cluster, short, target_cluster, f"A.{short}",
+                          lambda b: b[0].pop())
+    extra_offsets = _copy(source_cluster, extra, target_cluster, f"A.{extra}",
+                          lambda b: b[1].append(bytearray(b[1][0])))
+    source_short = _source_offsets(source_cluster, short)
+    config = _config(tmp_path, source_cluster, target_cluster, f"{short},{extra}")
+
+    result = _verify(config, "--topics", short)
+    assert result.returncode == 1, result.stdout + result.stderr
+    # No control batches: the copy's offsets are the source's, so the target ends where the
+    # missing batch starts.
+    assert short_offsets[0] == source_short[0][:-1]
+    assert (f"MISMATCH flow A->B: source A {short}-0 offset {source_short[0][-1]} / target B "
+            f"A.{short}-0 offset {source_short[0][-1]}: missing on the target: 1 source "
+            "batches") \
+        in result.stdout, result.stdout
+
+    result = _verify(config, "--topics", extra)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (f"target B A.{extra}-1 offset {extra_offsets[1][-1]}: extra on the target: "
+            f"1 batches") in result.stdout, result.stdout
+    assert f"source A {extra}-0" not in result.stdout     # partition 0 is equal
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_config_errors_and_unreachable_clusters_exit_2(source_cluster, target_cluster, tmp_path):
+    config = _config(tmp_path, source_cluster, target_cluster, "nothing-here")
+    result = _verify(config, "--flow", "B->A")
+    assert result.returncode == 2 and "--flow B->A: no enabled flow" in result.stderr
+
+    result = _verify(config, "--topics", "(")
+    assert result.returncode == 2 and "not a regular expression" in result.stderr
+
+    result = _verify(tmp_path / "missing.properties")
+    assert result.returncode == 2 and "missing.properties" in result.stderr
+
+    deep = mm2_properties(tmp_path / "deep.properties", source_cluster, target_cluster,
+                          **{"A->B.enabled": "true", "use.raw.bytes": "false"})
+    result = _verify(deep)
+    assert result.returncode == 2 and "flow A->B is deep" in result.stderr
+
+    down = tmp_path / "down.properties"
+    down.write_text("clusters = A, B\nA.bootstrap.servers = 127.0.0.1:1\n"
+                    f"B.bootstrap.servers = {target_cluster.bootstrap}\n"
+                    "reconnect.deadline.ms = 1000\nA->B.enabled = true\n"
+                    + "".join(f"{k} = {v}\n" for k, v in group_timings(source_cluster).items()))
+    result = _verify(down)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot reach a cluster" in result.stderr and "127.0.0.1:1" in result.stderr
