@@ -110,6 +110,9 @@ class FlowRunner:
         self.source_topic_count: int | None = None
         self.state = "starting"
         self.restarts = 0
+        #: Partitions of the first assignment(s) the shallow engines announced (hook).
+        self._assigned_total = 0
+        self._assigned_event = asyncio.Event()
         #: True when the flow had to be abandoned at shutdown (no final commit).
         self.unclean = False
         self._source_codecs: dict[str, str] = {}
@@ -144,6 +147,9 @@ class FlowRunner:
                                 source_alias=self.flow.source, target_alias=self.flow.target,
                                 settings=settings, metrics_sink=self.metrics_sink)
             self._maybe_sample_process(getattr(getattr(engine, "metrics", None), "run_id", None))
+            hooks = getattr(engine, "hooks", None)  # scripted test runners have none
+            if hooks is not None:
+                hooks.partitions_assigned.add(self._note_assigned)
             return engine
         from shallowmirror.mirror.deep import DeepFlowRunner
 
@@ -330,6 +336,11 @@ class FlowRunner:
         return (f"joining consumer group {self.flow.engine_settings.get('group.id')} on "
                 f"cluster {self.flow.source}")
 
+    def _note_assigned(self, partitions: list) -> None:
+        """Engine hook: a whole assignment is attached (its partitions start one by one)."""
+        self._assigned_total += len(partitions)
+        self._assigned_event.set()
+
     async def _watch_start(self, stop: asyncio.Event) -> None:
         """Log when the flow starts mirroring, how long the start took and, when the group join
         was most of it, how a single process skips it (partition.assignment=all)."""
@@ -340,7 +351,13 @@ class FlowRunner:
             return
         self.mirroring_since = time.monotonic()
         owned = 0
-        while not stop.is_set() and self._owned_partitions() != owned:  # assigned one by one
+        if self.flow.shallow:
+            # Count the whole first assignment (the engine's hook), not the partitions attached
+            # so far: each waits for its start offset, so early counts are a fraction of it.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._assigned_event.wait(), 30)
+            owned = max(self._assigned_total, self._owned_partitions())
+        while not stop.is_set() and self._owned_partitions() != owned:  # deep: one by one
             owned = self._owned_partitions()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
