@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kafka import errors as Errors
+from kafka.protocol.admin import DescribeConfigsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
@@ -337,6 +338,9 @@ class Sinks:
         self.identity_resetting = False
         self._moving: set[TTP] = set()
         self._enqueue_no = 0
+        #: target topic -> its max.message.bytes (None: not known), learnt once per topic so a
+        #: MESSAGE_TOO_LARGE can name the limit without a round trip at failure time.
+        self._message_limits: dict[str, int | None] = {}
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -403,6 +407,11 @@ class Sinks:
         """Queue ``batch`` for ``target_topic``/``target_partition`` on the leader's sink."""
         assert self.cluster is not None
         batch.target_topic, batch.target_partition = target_topic, target_partition
+        if target_topic not in self._message_limits:
+            self._message_limits[target_topic] = None
+            self.runtime.supervisor.spawn(
+                self._learn_message_limit(target_topic), what="target topic limit lookup",
+                where=Where(cluster=self.alias, topic=target_topic))
         leader = self.cluster.leader(target_topic, target_partition)
         if leader is None:
             self.runtime.supervisor.spawn(
@@ -467,11 +476,34 @@ class Sinks:
             f"{batch.size}", Where(cluster=self.alias, topic=batch.target_topic,
                                    partition=batch.target_partition)))
 
+    async def _learn_message_limit(self, topic: str) -> None:
+        """Ask the target once for ``topic``'s max.message.bytes (topic override or broker
+        default); any failure just leaves it unknown: it only improves an error message."""
+        assert self.cluster is not None
+        with contextlib.suppress(Exception):
+            conn = await self.cluster.any_connection()
+            # All keys (None), not ["max.message.bytes"]: tansu 0.6 closes the connection on a
+            # key list, and with it every produce request in flight on that connection.
+            req = DescribeConfigsRequest(
+                resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=2, resource_name=topic,  # 2: TOPIC
+                    configuration_keys=None)],
+                include_synonyms=False, include_documentation=False,
+                version=conn.api_version(DescribeConfigsRequest.API_KEY,
+                                         versions(DescribeConfigsRequest.API_KEY)))
+            result = (await conn.request(req)).results[0]
+            for entry in result.configs if result.error_code == 0 else []:
+                if entry.name == "max.message.bytes" and entry.value:
+                    self._message_limits[topic] = int(entry.value)
+
     def batch_rejected_too_large(self, batch: FetchedBatch, error_name: str) -> None:
+        limit = self._message_limits.get(batch.target_topic)
+        known = f" (max.message.bytes={limit})" if limit else ""
         self.batch_failed(batch, MessageTooLargeError(
             f"target {self.alias} rejected a {batch.size}-byte batch with {error_name} "
             f"(source {batch.topic}-{batch.partition} offset {batch.source_base}): raise the "
-            f"target topic's max.message.bytes (or broker message.max.bytes) above {batch.size}",
+            f"target topic {batch.target_topic}'s max.message.bytes{known} (or broker "
+            f"message.max.bytes) above {batch.size}",
             Where(cluster=self.alias, topic=batch.target_topic,
                   partition=batch.target_partition)))
 

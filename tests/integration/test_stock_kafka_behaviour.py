@@ -142,7 +142,7 @@ def test_target_max_message_bytes_below_the_source_batch_names_the_value(
                       lambda s: len(s.stopped) == 1)
     (where, error), = stats.stopped.items()
     assert where == (topic, 0)
-    assert "max.message.bytes" in error and "offset 0" in error, error
+    assert "max.message.bytes=4096" in error and "offset 0" in error, error
     assert stats.partitions[(topic, 0)].position == 0
     assert _count(target_cluster, topic) == 0
 
