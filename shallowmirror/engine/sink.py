@@ -337,6 +337,8 @@ class Sinks:
         self.stopped = False
         self.identity_resetting = False
         self._moving: set[TTP] = set()
+        #: Target partitions whose leader is being looked up -> batches waiting, in order.
+        self._awaiting_leader: dict[TTP, list[FetchedBatch]] = {}
         self._enqueue_no = 0
         #: target topic -> its max.message.bytes (None: not known), learnt once per topic so a
         #: MESSAGE_TOO_LARGE can name the limit without a round trip at failure time.
@@ -412,10 +414,16 @@ class Sinks:
             self.runtime.supervisor.spawn(
                 self._learn_message_limit(target_topic), what="target topic limit lookup",
                 where=Where(cluster=self.alias, topic=target_topic))
+        ttp = (target_topic, target_partition)
+        waiting = self._awaiting_leader.get(ttp)
+        if waiting is not None:          # a leader lookup is on: queue behind it, in order
+            waiting.append(batch)
+            return
         leader = self.cluster.leader(target_topic, target_partition)
         if leader is None:
+            self._awaiting_leader[ttp] = [batch]
             self.runtime.supervisor.spawn(
-                self._forward_later(batch), what="target leader lookup",
+                self._forward_later(ttp), what="target leader lookup",
                 where=Where(cluster=self.alias, topic=target_topic, partition=target_partition))
             return
         self._sink(leader).enqueue(batch)
@@ -430,9 +438,10 @@ class Sinks:
                 where=lambda: where_of(self.alias, sink.partitions))
         return sink
 
-    async def _forward_later(self, batch: FetchedBatch) -> None:
+    async def _forward_later(self, ttp: TTP) -> None:
+        """Find ``ttp``'s leader, then queue every batch that waited for it, in the order they
+        came: one lookup per partition, so batches of a partition never overtake each other."""
         assert self.cluster is not None
-        ttp = (batch.target_topic, batch.target_partition)
         backoff = self.runtime.backoff()
         for _attempt in range(20):
             with contextlib.suppress(ConnectionFailedError):
@@ -442,16 +451,20 @@ class Sinks:
                 break
             leader = self.cluster.leader(*ttp)
             if leader is not None:
-                self._sink(leader).enqueue(batch)
+                sink = self._sink(leader)
+                for batch in self._awaiting_leader.pop(ttp):
+                    sink.enqueue(batch)
                 return
             await asyncio.sleep(backoff.next_s())
+        batches = self._awaiting_leader.pop(ttp)
         parts = self.cluster.partitions(ttp[0])
         what = (f"topic {ttp[0]} does not exist" if parts is None else
                 f"topic {ttp[0]} has {len(parts)} partitions, no partition {ttp[1]}")
-        self.batch_failed(batch, LocatedError(
-            f"cannot forward to cluster {self.alias}: {what}; create it with at least as "
-            f"many partitions as source topic {batch.topic} and compression.type=producer",
-            Where(cluster=self.alias, topic=ttp[0], partition=ttp[1])))
+        for batch in batches:
+            self.batch_failed(batch, LocatedError(
+                f"cannot forward to cluster {self.alias}: {what}; create it with at least as "
+                f"many partitions as source topic {batch.topic} and compression.type=producer",
+                Where(cluster=self.alias, topic=ttp[0], partition=ttp[1])))
 
     # ---- what a sink asks for ----
     def stamp(self, batch: FetchedBatch) -> None:

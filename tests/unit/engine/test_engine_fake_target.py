@@ -240,3 +240,29 @@ def test_message_too_large_stops_the_partition_with_a_clear_error(source_cluster
     assert stats.partitions[(topic, 0)].position == 5       # not past the rejected batch
     assert len(fake.stored(topic, 0)) == 1                  # nothing of it after the fault
     _assert_stored_exactly(fake, topic, {1: written[1]})    # the other partition goes on
+
+
+def test_batches_waiting_for_an_unknown_target_leader_keep_their_order(source_cluster, topic):
+    # A target partition without a leader yet (Kafka right after the topic was created): every
+    # batch routed meanwhile waits for the one lookup and is queued in source order. (Each batch
+    # used to look the leader up on its own and the lookups, backing off with jitter, finished
+    # in any order: the target got the batches reordered, with sequences to match.)
+    async def main():
+        written = await write_source_batches(source_cluster, topic, 1, 8)
+        async with FakeTargetCluster({topic: 1}) as fake:
+            fake.leaders[(topic, 0)] = -1
+
+            async def elect_after_a_few_lookups() -> None:
+                while fake.metadata_requests < 4:
+                    await asyncio.sleep(0.01)
+                fake.leaders[(topic, 0)] = 1
+
+            electing = asyncio.create_task(elect_after_a_few_lookups())
+            engine = await _mirror(source_cluster, fake, topic, _caught_up(topic, {0: 40}))
+            await electing
+            return written, fake, engine
+
+    written, fake, engine = asyncio.run(main())
+    _assert_stored_exactly(fake, topic, written)
+    _assert_offset_map_exact(engine, fake, topic, 1)
+    assert fake.producer_ids == [1000]
