@@ -113,5 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print("verify: the flows mirror no topic yet (nothing compared)")
         return 0
     print(f"verify: exact copy: {sum(t.tally.batches for t in result.topics):,} batches, "
-          f"{result.source_bytes:,} source bytes in {result.elapsed_s:.1f} s ({rate:,.0f} MB/s)")
+          f"{result.source_bytes:,} source bytes in {result.elapsed_s:.1f} s ({rate:,.0f} MB/s; "
+          f"CPU {result.cpu_s:.2f} s, {result.source_bytes / max(result.cpu_s, 1e-9) / 1e6:,.0f} "
+          "MB per CPU second)")
     return 0

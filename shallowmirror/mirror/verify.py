@@ -35,8 +35,11 @@ Out of scope: a mirror that did not start at the source's log start (``auto.offs
 or a target that was trimmed by retention) shows as a mismatch at the first batch; a mirror still
 running shows as a missing tail. Run verify after ``mirror --exit-when-caught-up``.
 
-Memory: partitions are read one at a time, one Fetch response per side plus one prefetched, so
-at most four responses of ``max_partition_bytes`` are held.
+Concurrency and memory: ``PARTITIONS_IN_FLIGHT`` partitions of a topic are compared at once (the
+brokers' fetch latency overlaps the comparing), each holding one Fetch response per side plus
+one prefetched: at most 4 x ``PARTITIONS_IN_FLIGHT`` responses of ``MAX_PARTITION_BYTES``
+(32 MiB; a first batch larger than that still comes whole, as Kafka's KIP-74 answers). The mismatch reported is the one in the lowest-numbered partition of the first topic
+that has one.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ from shallowmirror.net import Cluster
 from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 
 #: Bytes asked for per partition and Fetch request (a larger first batch still comes whole).
-MAX_PARTITION_BYTES = 8 * 1024 * 1024
+MAX_PARTITION_BYTES = 2 * 1024 * 1024
+#: Partitions of one topic compared concurrently.
+PARTITIONS_IN_FLIGHT = 4
 #: Records sections are compared in slices this size: small enough that the two temporary
 #: ``bytes`` come from the allocator's free lists, not fresh mmaps (10x faster on 1 MB batches).
 COMPARE_SLICE_BYTES = 64 * 1024
@@ -123,6 +128,7 @@ class VerifyResult:
     topics: list[TopicResult] = field(default_factory=list)
     mismatch: Mismatch | None = None
     elapsed_s: float = 0.0
+    cpu_s: float = 0.0          # this process's CPU time (user + system) while verifying
 
     @property
     def source_bytes(self) -> int:
@@ -519,17 +525,25 @@ async def _verify_topic(flow: FlowConfig, topic: str, source: Cluster, target: C
         result.mismatch = PartitionJob(flow, topic, remote, 0).mismatch(
             None, None, f"remote topic {remote} does not exist on {flow.target}")
         return False
-    for p in partitions:
-        job = PartitionJob(flow, topic, remote, p)
-        if p not in target_partitions:
-            result.mismatch = job.mismatch(None, None, f"remote topic {remote} has no "
-                                                       f"partition {p}")
-            return False
-        tally, mismatch = await verify_partition(job, source, target, progress=progress)
+    missing = [p for p in partitions if p not in target_partitions]
+    if missing:
+        result.mismatch = PartitionJob(flow, topic, remote, missing[0]).mismatch(
+            None, None, f"remote topic {remote} has no partition {missing[0]}")
+        return False
+    slots = asyncio.Semaphore(PARTITIONS_IN_FLIGHT)
+
+    async def one(p: int) -> tuple[PartitionTally, Mismatch | None]:
+        async with slots:
+            return await verify_partition(PartitionJob(flow, topic, remote, p), source, target,
+                                          progress=progress)
+
+    outcomes = await asyncio.gather(*(one(p) for p in partitions))
+    for tally, _ in outcomes:
         topic_result.tally.add(tally)
-        if mismatch is not None:
-            result.mismatch = mismatch
-            return False
+    mismatches = [m for _, m in outcomes if m is not None]
+    if mismatches:
+        result.mismatch = mismatches[0]
+        return False
     return True
 
 
@@ -543,10 +557,11 @@ async def verify(config: MirrorConfig, *, flow: str | None = None,
     flows = select_flows(config, flow)
     patterns = compile_topic_patterns(topic_patterns)
     result = VerifyResult()
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     for f in flows:
         await verify_flow(f, patterns, result, progress=progress)
         if result.mismatch is not None:
             break
     result.elapsed_s = time.monotonic() - started
+    result.cpu_s = time.process_time() - cpu_started
     return result

@@ -59,30 +59,36 @@ async def _source_batches(cluster, topic: str) -> dict[int, list[bytearray]]:
 
 
 async def _produce(cluster, topic: str, batches: dict[int, list[bytearray]]) -> dict[int, list[int]]:
-    """Produce each batch alone (acks=all); the base offsets the broker assigned."""
+    """Produce each batch alone (acks=all); the base offsets the broker assigned. A topic just
+    created may not have its leader yet (Kafka: NOT_LEADER_OR_FOLLOWER): asked again then."""
     c = Cluster(cluster.client_config(), "B")
     await c.start()
     offsets: dict[int, list[int]] = {}
     try:
-        await c.refresh_metadata([topic])
         for p, items in batches.items():
-            conn = await c.leader_connection(topic, p)
-            version = conn.api_version(0, (3, 9))
-            offsets[p] = []
-            for data in items:
-                cid = conn.next_correlation_id()
-                buffers = codec.encode_produce_request(
-                    version=version, correlation_id=cid, client_id="test-verify",
-                    transactional_id=None, acks=-1, timeout_ms=10000,
-                    topics=[(topic, [(p, [[bytes(data)]])])])
-                response = codec.decode_produce_response(await conn.send_raw(buffers, cid),
-                                                         version)
-                (_, parts), = response.topics
-                assert parts[0].error_code == 0, f"produce to {topic}-{p}: {parts[0]}"
-                offsets[p].append(parts[0].base_offset)
+            offsets[p] = [await _produce_one(c, topic, p, bytes(data)) for data in items]
     finally:
         await c.close()
     return offsets
+
+
+async def _produce_one(c: Cluster, topic: str, partition: int, data: bytes) -> int:
+    for _ in range(100):
+        conn = await c.leader_connection(topic, partition)
+        version = conn.api_version(0, (3, 9))
+        cid = conn.next_correlation_id()
+        buffers = codec.encode_produce_request(
+            version=version, correlation_id=cid, client_id="test-verify", transactional_id=None,
+            acks=-1, timeout_ms=10000, topics=[(topic, [(partition, [[data]])])])
+        response = codec.decode_produce_response(await conn.send_raw(buffers, cid), version)
+        (_, parts), = response.topics
+        if parts[0].error_code in (3, 6):          # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER
+            await asyncio.sleep(0.1)
+            await c.refresh_metadata([topic])
+            continue
+        assert parts[0].error_code == 0, f"produce to {topic}-{partition}: {parts[0]}"
+        return parts[0].base_offset
+    raise AssertionError(f"{topic}-{partition} got no leader in 10 s")
 
 
 def _copy(source, topic: str, target, remote: str, tamper: Tamper | None = None
