@@ -70,7 +70,8 @@ TTP = tuple[str, int]
 class TargetPartitionQueue:
     """Batches waiting for one target partition, and what is in flight for it."""
 
-    __slots__ = ("queue", "in_flight", "failed", "blocked_until", "unknown_attempts")
+    __slots__ = ("queue", "in_flight", "failed", "blocked_until", "unknown_attempts",
+                 "acked_identity")
 
     def __init__(self) -> None:
         self.queue: deque[FetchedBatch] = deque()
@@ -78,6 +79,9 @@ class TargetPartitionQueue:
         self.failed: list[FetchedBatch] = []   # waiting for in_flight == 0 to be requeued
         self.blocked_until = 0.0
         self.unknown_attempts = 0
+        #: (producer id, epoch) the broker acknowledged a batch of this partition from: from
+        #: then on it holds the producer's sequence state here and refuses any gap.
+        self.acked_identity: tuple[int, int] | None = None
 
 
 class Sink:
@@ -128,6 +132,14 @@ class Sink:
     def _can_send(self, ttp: TTP) -> bool:
         tq = self.partitions[ttp]
         if tq.failed or tq.in_flight >= self.per_partition:
+            return False
+        identity = self.owner.identity
+        if identity.idempotent and tq.in_flight and \
+                tq.acked_identity != (identity.producer_id, identity.producer_epoch):
+            # Kafka accepts *any* first sequence from a producer it holds no state for (KIP-360,
+            # ProducerAppendInfo.checkSequence): if the first batch failed (NOT_LEADER right
+            # after a topic is created) the second could land before it. So one batch at a time
+            # until the broker has acknowledged one; then it refuses every gap itself.
             return False
         if tq.blocked_until and asyncio.get_running_loop().time() < tq.blocked_until:
             return False
@@ -235,6 +247,8 @@ class Sink:
             if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
                 tq.in_flight -= 1
                 tq.unknown_attempts = 0
+                if batch.stamp is not None:
+                    tq.acked_identity = (batch.stamp.producer_id, batch.stamp.producer_epoch)
                 self.owner.batch_acked(batch, part.base_offset if code == 0 else None)
                 self._maybe_requeue(ttp, tq)
                 continue

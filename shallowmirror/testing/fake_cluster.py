@@ -367,7 +367,9 @@ class FakeTargetCluster:
             if attempt.base_sequence in state.written:
                 attempt.error_code = DUPLICATE_SEQUENCE_NUMBER
                 return
-            if attempt.base_sequence != state.next_sequence:
+            # Like Kafka 3.x (ProducerAppendInfo.checkSequence, KIP-360): a producer the broker
+            # holds no state for may start at *any* sequence; after that, gaps are refused.
+            if state.written and attempt.base_sequence != state.next_sequence:
                 attempt.error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
                 return
         log = self.logs[tp]
