@@ -1,5 +1,6 @@
 """Remote topic creation, growth and config sync against real brokers (no engine involved)."""
 
+import time
 import uuid
 
 import pytest
@@ -37,8 +38,26 @@ def _refresh(sync, prefix: str) -> list[str]:
     return [topic for topic in sync.refresh() if topic.startswith(prefix)]
 
 
+def _metadata_with(admin, topic: str, timeout_s: float = 15.0):
+    """Metadata once ``topic`` shows in it: Kafka lists a just-created topic a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=10)
+        if topic in md.topics or time.monotonic() > deadline:
+            return md
+        time.sleep(0.1)
+
+
 def _create(admin, name, partitions, config=None):
+    """Create a topic and return once Metadata lists it with leaders (Kafka lags a little)."""
     admin.create_topics([NewTopic(name, partitions, -1, config=config or {})])[name].result(15)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(name, timeout=10).topics.get(name)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        time.sleep(0.1)
 
 
 def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
@@ -53,7 +72,7 @@ def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
     ready = _refresh(sync, prefix)
     assert ready == [f"{prefix}-orders"]
     remote = f"A.{prefix}-orders"
-    md = sync.target_admin.list_topics(timeout=10)
+    md = _metadata_with(sync.target_admin, remote)
     assert len(md.topics[remote].partitions) == 3
     assert f"A.{prefix}-skipped.internal" not in md.topics
     configs = explicit_configs(sync.describe(sync.target_admin, remote))
