@@ -152,6 +152,28 @@ def test_verify_passes_on_a_mirrored_multi_codec_topic_with_transactions(
     assert "exact copy" in result.stdout
 
 
+@pytest.mark.needs_real_kafka("tansu never reports aborted_transactions in Fetch")
+def test_verify_under_read_committed_skips_aborted_transactions(source_cluster, target_cluster,
+                                                                 tmp_path, unique_topic):
+    topic = unique_topic("verify-rc")
+    workload = Workload(topic, records=3000, partitions=2, codec="zstd", value_bytes=100,
+                        transactional=True, transaction_records=300, abort_every=3)
+    loaded = load(source_cluster, workload)
+    assert 0 < loaded.committed_count < 3000
+    config = _config(tmp_path, source_cluster, target_cluster, topic,
+                     **{"isolation.level": "read_committed"})
+    run_until_caught_up("mirror", str(config))
+
+    result = _verify(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{loaded.committed_count:,} records" in result.stdout, result.stdout
+
+    # The same target read as if the aborted batches were mirrored: they are missing there.
+    uncommitted = _config(tmp_path, source_cluster, target_cluster, topic)
+    result = _verify(uncommitted)
+    assert result.returncode == 1 and "MISMATCH" in result.stdout, result.stdout
+
+
 def test_a_batch_with_offset_gaps_is_compared_record_by_record(source_cluster, target_cluster,
                                                                tmp_path, unique_topic):
     """A compacted source batch (record_count != last_offset_delta + 1) is re-packed by the
