@@ -75,8 +75,11 @@ class LengthFlippingSourceCluster(Cluster):
         return self._wrap(await super().leader_connection(topic, partition))
 
 
-async def run_until_stopped(source: Any, target: Any, topics: list[str], polls: int = 600):
-    """One engine (all partitions, its own group) until a partition stops; its final stats."""
+async def run_until_stopped(source: Any, target: Any, topics: list[str], polls: int = 600,
+                            settled: Any = None):
+    """One engine (all partitions, its own group) until a partition stops and ``settled(stats)``
+    holds (the batches before the fault written: on Kafka one may still wait for the target
+    leader when the fault is found); its final stats."""
     engine = MirrorEngine(source.client_config(), target.client_config(), topics=topics,
                           settings={"partition.assignment": "all", "fetch.max.wait.ms": 100,
                                     "group.id": f"g-{uuid.uuid4().hex[:8]}",
@@ -86,7 +89,8 @@ async def run_until_stopped(source: Any, target: Any, topics: list[str], polls: 
     task = asyncio.create_task(engine.run(stop))
     try:
         for _ in range(polls):
-            if engine.stats().stopped or task.done():
+            stats = engine.stats()
+            if (stats.stopped and (settled is None or settled(stats))) or task.done():
                 break
             await asyncio.sleep(0.05)
     finally:
@@ -101,7 +105,9 @@ def test_a_flipped_batch_length_stops_the_partition_instead_of_refetching_foreve
     create_topic(target_cluster.client_config(), Workload(topic=topic, partitions=1))
     asyncio.run(write_source_batches(source_cluster, topic, 1, 3))     # offsets 0..14
 
-    stats = asyncio.run(run_until_stopped(source_cluster, target_cluster, [topic]))
+    stats = asyncio.run(run_until_stopped(
+        source_cluster, target_cluster, [topic],
+        settled=lambda s: s.partitions[(topic, 0)].position == CORRUPT_BASE_OFFSET))
     scripted = next(c for c in LengthFlippingSourceCluster.instances if c.scripted)
     assert scripted.flips >= 1
     assert list(stats.stopped) == [(topic, 0)]
