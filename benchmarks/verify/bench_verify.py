@@ -9,22 +9,27 @@ the topic into the source (~300-byte values, 1 MB producer batches), mirrors it 
 ``shallowmirror mirror --exit-when-caught-up``, then runs ``shallowmirror verify --quiet``
 ``--repeat`` times as a child process and reports, per run, the source bytes compared, the wall
 time, MB/s, CPU seconds (user + system) and MB per CPU second as verify prints them (from
-connecting to the summary), and the child's whole CPU including the interpreter's start-up.
-Clusters are stopped on exit.
+connecting to the summary), and the child's whole CPU including the interpreter's start-up;
+after each run, the CPU of only fetching both sides (the floor under verify). Clusters are
+stopped on exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import resource
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
+from shallowmirror.cli.verify import keep_freed_fetch_buffers
+from shallowmirror.engine.rawfetch import fetch_all
 from shallowmirror.testing.clusters import broker_flavor, started_clusters
 from shallowmirror.testing.workload import Workload, load
 
@@ -61,6 +66,20 @@ def _timed_verify(config: Path) -> dict[str, float]:
             "mb_per_cpu_s": source_bytes / cpu_s / 1e6}
 
 
+def _fetch_floor(source, target, topic: str) -> dict[str, float]:
+    """Reading both sides and nothing else (``rawfetch.fetch_all``: net layer + split, same
+    4 partitions' worth of bytes per request), in this process with verify's malloc setting:
+    the floor under verify's CPU."""
+    keep_freed_fetch_buffers()
+    started = time.process_time()
+    _, totals = asyncio.run(fetch_all(source.client_config(), topic, keep=False,
+                                      max_bytes=8 * 1024 * 1024))
+    asyncio.run(fetch_all(target.client_config(), f"A.{topic}", keep=False,
+                          max_bytes=8 * 1024 * 1024))
+    cpu_s = time.process_time() - started
+    return {"bytes": totals.bytes, "cpu_s": cpu_s, "mb_per_cpu_s": totals.bytes / cpu_s / 1e6}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_500_000)
@@ -91,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"= {run['mb_s']:,.0f} MB/s wall; verify CPU {run['cpu_s']:.2f} s = "
                   f"{run['mb_per_cpu_s']:,.0f} MB per CPU second (whole process with "
                   f"interpreter start-up: {run['process_cpu_s']:.2f} s CPU)", flush=True)
+            floor = _fetch_floor(a, b, topic)
+            print(f"  fetch-only floor, both sides: CPU {floor['cpu_s']:.2f} s = "
+                  f"{floor['mb_per_cpu_s']:,.0f} source MB per CPU second", flush=True)
     return 0
 
 
