@@ -97,7 +97,7 @@ def summary_lines(result) -> list[str]:
                    if s.dropped else "")
         lines.append(f"{t.flow} {t.topic} -> {t.target_topic}: {t.partitions} partitions, "
                      f"{s.batches:,} batches, {s.records:,} records, {s.source_bytes:,} bytes "
-                     f"equal{repacked}{dropped}")
+                     f"compared{repacked}{dropped}")
     return lines
 
 
@@ -135,6 +135,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"verify: exact copy: {sum(t.tally.batches for t in result.topics):,} batches, "
           f"{result.source_bytes:,} source bytes in {result.elapsed_s:.2f} s ({rate:,.0f} MB/s; "
-          f"CPU {result.cpu_s:.2f} s, {result.source_bytes / max(result.cpu_s, 1e-9) / 1e6:,.0f} "
+          f"CPU {result.cpu_s:.3f} s, {result.source_bytes / max(result.cpu_s, 1e-9) / 1e6:,.0f} "
           "MB per CPU second)")
     return 0

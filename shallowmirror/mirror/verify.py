@@ -65,8 +65,8 @@ from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 MAX_PARTITION_BYTES = 2 * 1024 * 1024
 #: Partitions of one topic compared concurrently.
 PARTITIONS_IN_FLIGHT = 4
-#: Records sections are compared in slices this size: small enough that the two temporary
-#: ``bytes`` come from the allocator's free lists, not fresh mmaps (10x faster on 1 MB batches).
+#: Records sections are compared in slices this size: small enough that the temporary ``bytes``
+#: comes from the allocator's free lists, not a fresh mmap (10x faster on 1 MB batches).
 COMPARE_SLICE_BYTES = 64 * 1024
 #: Fetches in a row that may return no batch before the partition is reported stuck.
 MAX_EMPTY_FETCHES = 50
@@ -150,12 +150,14 @@ def needs_rebuild(view: Any, start_offset: int) -> bool:
 
 
 def same_bytes(a: memoryview, b: memoryview) -> bool:
-    """``a == b`` byte for byte (memoryview's own ``==`` goes element by element: 0.1 GB/s)."""
+    """``a == b`` byte for byte. memoryview's own ``==`` goes element by element (0.1 GB/s);
+    ``bytes.startswith`` takes any buffer and memcmps it, so only ``a``'s slice is copied
+    (13 GB/s, against 9 with both copied)."""
     if len(a) != len(b):
         return False
     for start in range(0, len(a), COMPARE_SLICE_BYTES):
         end = start + COMPARE_SLICE_BYTES
-        if bytes(a[start:end]) != bytes(b[start:end]):
+        if not bytes(a[start:end]).startswith(b[start:end]):
             return False
     return True
 
