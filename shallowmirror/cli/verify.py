@@ -104,9 +104,10 @@ def summary_lines(result) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from shallowmirror.errors import ConfigError, ConnectionFailedError
+    from shallowmirror.errors import BrokerError, ConfigError, ConnectionFailedError
     from shallowmirror.mirror.config import load_mm2
     from shallowmirror.mirror.verify import verify
+    from shallowmirror.net.connection import AuthenticationFailedError
 
     keep_freed_fetch_buffers()
     try:
@@ -117,8 +118,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"shallowmirror verify: {err}", file=sys.stderr)
         return 2
-    except ConnectionFailedError as err:
+    except (ConnectionFailedError, AuthenticationFailedError) as err:
         print(f"shallowmirror verify: cannot reach a cluster: {err}", file=sys.stderr)
+        return 2
+    except BrokerError as err:   # e.g. not authorized to read a topic: nothing was compared
+        print(f"shallowmirror verify: a broker refused a request: {err}", file=sys.stderr)
         return 2
     for line in summary_lines(result):
         print(line)

@@ -267,6 +267,15 @@ def test_verify_reports_a_missing_tail_and_an_extra_batch(source_cluster, target
 # -- errors ---------------------------------------------------------------------------------
 
 
+def test_a_topic_never_mirrored_is_a_mismatch(source_cluster, target_cluster, tmp_path,
+                                              unique_topic):
+    topic = unique_topic("verify-none")
+    load(source_cluster, Workload(topic, records=100, partitions=1, codec="lz4"))
+    result = _verify(_config(tmp_path, source_cluster, target_cluster, topic))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"remote topic A.{topic} does not exist on B" in result.stdout, result.stdout
+
+
 def test_config_errors_and_unreachable_clusters_exit_2(source_cluster, target_cluster, tmp_path):
     config = _config(tmp_path, source_cluster, target_cluster, "nothing-here")
     result = _verify(config, "--flow", "B->A")
