@@ -276,7 +276,9 @@ class PartitionReader:
                                     aborted_transactions=aborted)
         assert self.end_offset is not None
         end = self.end_offset
-        out = [b for b in kept if b.base_offset < end and b.record_count > 0]
+        # Empty batches (compaction removed every record) are gaps; legacy entries have no
+        # record count (-1) and are converted by the deep path.
+        out = [b for b in kept if b.base_offset < end and (b.record_count > 0 or b.is_legacy)]
         self.dropped += sum(1 for b in split.batches
                             if b.next_offset > self.position and b.base_offset < end) - len(out)
         self.position = split.batches[-1].next_offset
