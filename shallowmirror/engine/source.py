@@ -198,15 +198,11 @@ class Source:
         if part.high_watermark >= 0:
             sp.high_watermark = part.high_watermark
         if sp.skip_to_high_watermark:
-            # tansu answers ListOffsets "latest" wrongly, so "latest" is re-read from the Fetch
-            # response: the high watermark, or under read_committed the last stable offset (past
-            # it lie open transactions whose records must not be skipped).
             sp.skip_to_high_watermark = False
-            end = sp.high_watermark
-            if self.read_committed and part.last_stable_offset >= 0:
-                end = part.last_stable_offset
-            self.owner.skip_to(sp, max(end, sp.fetch_position), "auto.offset.reset=latest")
-            return
+            straddled = _end_of_straddling_batch(part.records, sp.fetch_position)
+            if straddled is not None:
+                self.owner.skip_to(sp, straddled, "auto.offset.reset=latest")
+                return
         records = part.records
         if records is None or len(records) == 0:
             return
@@ -335,6 +331,22 @@ class Source:
 Router = Callable[[FetchedBatch], None]
 """The routing decision: called with every kept batch, in fetch order per partition. It sends the
 batch on (``EngineCore.route``), hands it to a program, or drops it; each batch once."""
+
+def _end_of_straddling_batch(records: Any, position: int) -> int | None:
+    """"latest" on tansu-safe terms. Kafka answers ListOffsets "latest" with a batch boundary (the
+    high watermark, or the last stable offset under read_committed); tansu answers the last
+    batch's base offset + 1, *inside* that batch. So when the first batch fetched from the
+    "latest" position starts below it, its remaining records were already there at assignment:
+    skip to the batch's end. Never further: records written since ListOffsets answered (a
+    transaction that committed meanwhile) are after "latest" and must be mirrored."""
+    if records is None or len(records) == 0:
+        return None
+    with contextlib.suppress(CorruptDataError):
+        for view in codec.split_batches(records, verify_crc=False).batches:
+            if view.next_offset > position:
+                return view.next_offset if view.base_offset < position else None
+    return None
+
 
 class Sources:
     """The fetch side of one engine: a ``Source`` per source broker, and the fetch decisions that

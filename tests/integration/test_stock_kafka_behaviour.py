@@ -315,3 +315,26 @@ def test_auto_offset_reset_latest_starts_at_the_end_and_read_committed_at_the_ls
     values = [r.value for r in read_topic(target_cluster, topic,
                                            isolation_level="read_uncommitted")[0]]
     assert values == [b"open-%d" % i for i in range(10)]
+
+
+def test_auto_offset_reset_latest_mirrors_exactly_what_comes_after(source_cluster, target_cluster,
+                                                                   unique_topic):
+    """On both brokers: nothing written before the start is mirrored (tansu's ListOffsets
+    "latest" points inside the last batch: the engine skips to that batch's end), and nothing
+    written after it is skipped."""
+    topic = unique_topic("latest-both")
+    load_topic(source_cluster, topic, 500, codec="lz4", partitions=1, batch_bytes=16_000)
+    create_target(target_cluster, topic, 1)
+    with RunningEngine(source_cluster, target_cluster, [topic],
+                       {"auto.offset.reset": "latest"}) as running:
+        wait_until(lambda: (topic, 0) in running.stats().partitions
+                   and running.stats().partitions[(topic, 0)].position == 500, 30,
+                   "the start position at the end of what was there", running)
+        plain = Producer({**source_cluster.client_config(), "linger.ms": 5})
+        for i in range(30):
+            plain.produce(topic, value=b"after-%d" % i, partition=0)
+        assert plain.flush(30) == 0
+        wait_until(lambda: _count(target_cluster, topic) == 30, 60, "the records written after",
+                   running)
+    values = [r.value for r in read_topic(target_cluster, topic)[0]]
+    assert values == [b"after-%d" % i for i in range(30)]
