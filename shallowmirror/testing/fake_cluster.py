@@ -438,28 +438,45 @@ class ScriptedSourceConnection:
         return response
 
 
+class ScriptedSourceClusterBase(Cluster):
+    """A real ``Cluster`` whose connections, for the source alias only, are wrapped in
+    ``connection_class(conn, cluster)``: the scripted connections answer like the real broker
+    but for what they script. Subclasses set ``connection_class``; every instance is kept in the
+    subclass's ``instances`` (the engine builds its clusters itself)."""
+
+    connection_class: type = object
+    instances: list
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.instances = []
+
+    def __init__(self, config: Any, alias: str) -> None:
+        super().__init__(config, alias)
+        self.scripted = alias == "source"
+        type(self).instances.append(self)
+
+    def _wrap(self, conn: Any) -> Any:
+        return self.connection_class(conn, self) if self.scripted else conn
+
+    async def connection(self, node_id: int) -> Any:
+        return self._wrap(await super().connection(node_id))
+
+    async def leader_connection(self, topic: str, partition: int) -> Any:
+        return self._wrap(await super().leader_connection(topic, partition))
+
+
 def scripted_source_cluster(log_start_offset: int) -> type:
     """A ``Cluster`` subclass (for the source alias) whose connections are scripted as above;
     ``truncated`` turns true at the first Fetch (retention ran after the engine started)."""
-    class ScriptedSourceCluster(Cluster):
-        instances: list = []
+    class ScriptedSourceCluster(ScriptedSourceClusterBase):
+        connection_class = ScriptedSourceConnection
 
         def __init__(self, config: Any, alias: str) -> None:
             super().__init__(config, alias)
-            self.scripted = alias == "source"
             self.log_start_offset = log_start_offset
             self.truncated = False
             self.out_of_range_answers = 0
-            ScriptedSourceCluster.instances.append(self)
-
-        def _wrap(self, conn: Any) -> Any:
-            return ScriptedSourceConnection(conn, self) if self.scripted else conn
-
-        async def connection(self, node_id: int) -> Any:
-            return self._wrap(await super().connection(node_id))
-
-        async def leader_connection(self, topic: str, partition: int) -> Any:
-            return self._wrap(await super().leader_connection(topic, partition))
 
     return ScriptedSourceCluster
 

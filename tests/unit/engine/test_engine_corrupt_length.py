@@ -17,8 +17,7 @@ import pytest
 
 from shallowmirror import codec
 from shallowmirror.engine import MirrorEngine
-from shallowmirror.net import Cluster
-from shallowmirror.testing.fake_cluster import write_source_batches
+from shallowmirror.testing.fake_cluster import ScriptedSourceClusterBase, write_source_batches
 from shallowmirror.testing.topics import read_topic
 from shallowmirror.testing.workload import Workload, create_topic
 
@@ -56,23 +55,12 @@ class LengthFlippingConnection:
         return memoryview(bytes(data))
 
 
-class LengthFlippingSourceCluster(Cluster):
-    instances: list = []
+class LengthFlippingSourceCluster(ScriptedSourceClusterBase):
+    connection_class = LengthFlippingConnection
 
     def __init__(self, config: Any, alias: str) -> None:
         super().__init__(config, alias)
-        self.scripted = alias == "source"
         self.flips = 0
-        LengthFlippingSourceCluster.instances.append(self)
-
-    def _wrap(self, conn: Any) -> Any:
-        return LengthFlippingConnection(conn, self) if self.scripted else conn
-
-    async def connection(self, node_id: int) -> Any:
-        return self._wrap(await super().connection(node_id))
-
-    async def leader_connection(self, topic: str, partition: int) -> Any:
-        return self._wrap(await super().leader_connection(topic, partition))
 
 
 async def run_until_stopped(source: Any, target: Any, topics: list[str], polls: int = 600,
