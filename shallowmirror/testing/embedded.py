@@ -89,15 +89,20 @@ def api_versions_ok(host: str, port: int, timeout_s: float = 1.0) -> bool:
     client_id = b"shallowmirror-probe"
     # ApiVersions v0: header (api_key 18, version 0, correlation 1, client id) and an empty body.
     body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    payload = probe_roundtrip(host, port, body, timeout_s)
+    return payload is not None and len(payload) >= 6 and struct.unpack(">i", payload[:4])[0] == 1
+
+
+def probe_roundtrip(host: str, port: int, body: bytes, timeout_s: float) -> bytes | None:
+    """Send one size-framed request on a fresh connection; its response frame, or None when
+    nothing answered (the readiness probes of the test brokers)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(struct.pack(">i", len(body)) + body)
-            head = _recv_exact(sock, 4)
-            size = struct.unpack(">i", head)[0]
-            payload = _recv_exact(sock, size)
+            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+            return _recv_exact(sock, size)
     except OSError:
-        return False
-    return size >= 6 and struct.unpack(">i", payload[:4])[0] == 1
+        return None
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -298,21 +303,14 @@ def external_from_env() -> tuple[ExternalCluster, ExternalCluster] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run N embedded clusters until Ctrl-C (``python -m shallowmirror.testing.embedded A B``)."""
+    """Run N embedded clusters until Ctrl-C (``python -m shallowmirror.testing.embedded A B``):
+    what ``shallowmirror brokers`` does."""
     import sys
 
+    from shallowmirror.testing.clusters import serve_until_signal  # imports this module
+
     aliases = (argv if argv is not None else sys.argv[1:]) or ["source", "target"]
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with embedded_clusters(*aliases) as clusters:
-        # Lines a user pastes into mm2.properties as they are; the rest are comments there.
-        for cluster in clusters:
-            print(f"{cluster.alias}.bootstrap.servers = {cluster.bootstrap}", flush=True)
-        pids = ", ".join(f"{c.alias} pid {c.pid}" for c in clusters)
-        print(f"# embedded tansu brokers ({pids}), storage in memory only.\n"
-              f"# Stop them with Ctrl-C, or: kill {os.getpid()}", flush=True)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    return 0
+    return serve_until_signal(aliases)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import tempfile
@@ -34,9 +33,9 @@ from pathlib import Path
 
 from shallowmirror.testing.embedded import (
     BrokerStartError,
-    _recv_exact,
     _set_parent_death_signal,
     free_port,
+    probe_roundtrip,
 )
 
 log = logging.getLogger(__name__)
@@ -84,14 +83,8 @@ def metadata_lists_broker(host: str, port: int, timeout_s: float = 1.0) -> bool:
     client_id = b"shallowmirror-probe"
     # Metadata v1 header (api_key 3, version 1, correlation 7, client id); topics = [] (none).
     body = struct.pack(">hhih", 3, 1, 7, len(client_id)) + client_id + struct.pack(">i", 0)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-            payload = _recv_exact(sock, size)
-    except OSError:
-        return False
-    if size < 8:
+    payload = probe_roundtrip(host, port, body, timeout_s)
+    if payload is None or len(payload) < 8:
         return False
     correlation, broker_count = struct.unpack(">ii", payload[:8])  # v1: brokers array first
     return correlation == 7 and broker_count > 0
@@ -167,6 +160,7 @@ class KafkaCluster:
         """Stop the broker and start it again on the same ports with the same data."""
         self.kill()
         _launch(self)
+        _await_ready(self)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the broker by pid and remove its data and logs."""
@@ -247,7 +241,8 @@ def _format_storage(cluster: KafkaCluster) -> None:
         )
 
 
-def _launch(cluster: KafkaCluster, *, wait: bool = True) -> None:
+def _launch(cluster: KafkaCluster) -> None:
+    """Start the JVM (not waiting for it); registered for the atexit safety net."""
     console = cluster.work_dir / "logs" / "console.log"
     console.parent.mkdir(parents=True, exist_ok=True)
     cmd = [str(cluster.kafka_home / "bin" / "kafka-server-start.sh"),
@@ -262,13 +257,17 @@ def _launch(cluster: KafkaCluster, *, wait: bool = True) -> None:
         except OSError as err:
             raise BrokerStartError(f"cannot run {cmd[0]}: {err}") from err
     _LIVE[id(cluster)] = cluster
-    if not wait:
-        return
+
+
+def _await_ready(cluster: KafkaCluster) -> None:
+    """Wait until the started cluster answers Metadata; a cluster that does not is killed."""
     try:
         _wait_ready(cluster)
     except BaseException:
         cluster.kill()
         raise
+    log.info("Kafka cluster %s up on %s (pid %d, id %s, logs %s)", cluster.alias,
+             cluster.bootstrap, cluster.pid, cluster.cluster_id, cluster.work_dir / "logs")
 
 
 def _wait_ready(cluster: KafkaCluster) -> None:
@@ -323,18 +322,13 @@ def launch(cluster: KafkaCluster, *, wait: bool = True) -> KafkaCluster:
     """Start the prepared cluster's JVM. Call it from the thread that owns the cluster: the JVM
     gets SIGTERM when *that thread* exits (PR_SET_PDEATHSIG is per thread)."""
     try:
-        _launch(cluster, wait=wait)
+        _launch(cluster)
+        if wait:
+            _await_ready(cluster)
     except BaseException:
         cluster.stop()
         raise
-    if wait:
-        _log_up(cluster)
     return cluster
-
-
-def _log_up(cluster: KafkaCluster) -> None:
-    log.info("Kafka cluster %s up on %s (pid %d, id %s, logs %s)", cluster.alias,
-             cluster.bootstrap, cluster.pid, cluster.cluster_id, cluster.work_dir / "logs")
 
 
 def start_kafka_cluster(alias: str = "cluster", **options) -> KafkaCluster:
@@ -387,12 +381,7 @@ def kafka_clusters(*aliases: str, kafka_home: str | os.PathLike | None = None,
         for cluster in prepared:  # launched from this thread: see launch()
             launch(cluster, wait=False)
         for cluster in prepared:
-            try:
-                _wait_ready(cluster)
-            except BaseException:
-                cluster.kill()
-                raise
-            _log_up(cluster)
+            _await_ready(cluster)
         yield prepared
     finally:
         for cluster in prepared:
