@@ -428,7 +428,8 @@ def decode_produce_response(frame, version: int) -> ProduceResponse:
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def _uvarint(value: int) -> bytes:
+def uvarint(value: int) -> bytes:
+    """An unsigned varint (flexible-version lengths; the base of record-level zigzag varints)."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -454,11 +455,11 @@ def _string(value: str | None, name: str, compact: bool, nullable: bool) -> byte
     data = value.encode("utf-8")
     if len(data) > 0x7FFF:
         raise ValueError(f"{name} is longer than 32767 bytes")
-    return _uvarint(len(data) + 1) + data if compact else _I16.pack(len(data)) + data
+    return uvarint(len(data) + 1) + data if compact else _I16.pack(len(data)) + data
 
 
 def _array(n: int, compact: bool) -> bytes:
-    return _uvarint(n + 1) if compact else _I32.pack(n)
+    return uvarint(n + 1) if compact else _I32.pack(n)
 
 
 def _nbytes(piece) -> int:
@@ -528,7 +529,7 @@ def encode_produce_request(*, version: int, correlation_id: int, client_id: str 
                 raise ValueError(f"partition {topic}-{partition}: {size} bytes of records "
                                  "exceed the int32 size field")
             head += _I32.pack(partition)
-            head += _uvarint(size + 1) if flexible else _I32.pack(size)
+            head += uvarint(size + 1) if flexible else _I32.pack(size)
             chunk = bytes(head)
             if out[0] is None:
                 out[0] = chunk

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from shallowmirror.codec.messages import uvarint
 from shallowmirror.errors import CorruptDataError
 
 __all__ = ["RawRecord", "iter_raw", "encode_record", "encode_body"]
@@ -151,13 +152,7 @@ def iter_raw(data: bytes, *, record_count: int, last_offset_delta: int,
 
 def zigzag(value: int) -> bytes:
     """A zigzag varint/varlong (the caller keeps ``value`` within int64)."""
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while raw > 0x7F:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    return uvarint((value << 1) ^ (value >> 63))
 
 
 def encode_body(key: bytes | None, value: bytes | None) -> bytes:

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -272,8 +273,6 @@ class Membership:
         """``committed()``, retried while the broker answers with a retriable error: a group
         coordinator that moved or is still loading (NOT_COORDINATOR,
         COORDINATOR_LOAD_IN_PROGRESS on real Kafka right after __consumer_offsets is created)."""
-        import time
-
         wanted = [TopicPartition(t, p) for t, p in partitions]
         deadline = time.monotonic() + deadline_s
         delay = 0.1
