@@ -393,10 +393,9 @@ def offset_count_of(batch: StoredBatch) -> int:
 # ---------------------------------------------------------------------------------------------
 # Scripted source: a real source cluster whose connections answer one scripted error.
 
-class ScriptedSourceConnection:
-    """A real source connection, except: a Fetch below ``cluster.log_start_offset`` (once
-    ``cluster.truncated``) is answered OFFSET_OUT_OF_RANGE, and ListOffsets(earliest) answers
-    ``log_start_offset`` — what a broker says after retention deleted the first records."""
+class ScriptedConnectionBase:
+    """A real connection that answers everything itself, except what a subclass overrides
+    (``request_frame``, ``request``); ``_cluster`` is the scripted cluster it belongs to."""
 
     def __init__(self, conn: Any, cluster: Any) -> None:
         self._conn = conn
@@ -404,6 +403,12 @@ class ScriptedSourceConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+class ScriptedSourceConnection(ScriptedConnectionBase):
+    """A real source connection, except: a Fetch below ``cluster.log_start_offset`` (once
+    ``cluster.truncated``) is answered OFFSET_OUT_OF_RANGE, and ListOffsets(earliest) answers
+    ``log_start_offset`` — what a broker says after retention deleted the first records."""
 
     async def request_frame(self, req: Any, timeout_ms: int | None = None) -> Any:
         from kafka.protocol.consumer import FetchResponse

@@ -17,7 +17,11 @@ import pytest
 
 from shallowmirror import codec
 from shallowmirror.engine import MirrorEngine
-from shallowmirror.testing.fake_cluster import ScriptedSourceClusterBase, write_source_batches
+from shallowmirror.testing.fake_cluster import (
+    ScriptedConnectionBase,
+    ScriptedSourceClusterBase,
+    write_source_batches,
+)
 from shallowmirror.testing.topics import read_topic
 from shallowmirror.testing.workload import Workload, create_topic
 
@@ -26,16 +30,9 @@ pytestmark = pytest.mark.integration
 CORRUPT_BASE_OFFSET = 5
 
 
-class LengthFlippingConnection:
+class LengthFlippingConnection(ScriptedConnectionBase):
     """A real source connection whose Fetch responses carry the batch at CORRUPT_BASE_OFFSET
     with bit 16 of its batchLength flipped (its CRC still matches: the length is outside)."""
-
-    def __init__(self, conn: Any, cluster: Any) -> None:
-        self._conn = conn
-        self._cluster = cluster
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
 
     async def request_frame(self, req: Any, timeout_ms: int | None = None) -> Any:
         frame = await self._conn.request_frame(req, timeout_ms)
