@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def _produce(cluster, topic: str, partition: int, n: int, tag: str) -> None:
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(n):
         p.produce(topic, value=f"{tag}-{i}".encode(), partition=partition)
     p.flush(30)

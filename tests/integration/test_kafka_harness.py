@@ -85,7 +85,9 @@ def test_restart_keeps_the_data(broker_log_dir, unique_topic):
     home = _kafka_home()
     topic = unique_topic("restart")
     with kafka.start_kafka_cluster("restart", kafka_home=home, log_dir=broker_log_dir) as cluster:
-        producer = Producer({**cluster.client_config(), "linger.ms": 0})
+        producer = Producer({**cluster.client_config(), "linger.ms": 0,
+                             # a retried first batch (auto-created topic) may not overtake
+                             "enable.idempotence": True})
         for i in range(10):
             producer.produce(topic, value=b"v%d" % i)
         assert producer.flush(30) == 0

@@ -330,7 +330,8 @@ def test_auto_offset_reset_latest_mirrors_exactly_what_comes_after(source_cluste
         wait_until(lambda: (topic, 0) in running.stats().partitions
                    and running.stats().partitions[(topic, 0)].position == 500, 30,
                    "the start position at the end of what was there", running)
-        plain = Producer({**source_cluster.client_config(), "linger.ms": 5})
+        plain = Producer({**source_cluster.client_config(), "linger.ms": 5,
+                          "enable.idempotence": True})
         for i in range(30):
             plain.produce(topic, value=b"after-%d" % i, partition=0)
         assert plain.flush(30) == 0
