@@ -4,9 +4,12 @@ the brokers' CPU, and peak RSS against buffer.memory.
     .venv/bin/python benchmarks/engine/bench_mirror.py [--records 1000000 | none=3000000,...]
         [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
         [--set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
-        [--broker tansu|kafka] [--kafka-home DIR]
+        [--broker tansu|kafka] [--kafka-home DIR] [--value-bytes 200]
+        [--batch-bytes 1000000 | 16384,262144]
 
-Per codec: load N records (8 partitions, ~200-byte values) into a source cluster started here
+Per codec and producer ``batch.size`` (``--batch-bytes``, uncompressed bytes as librdkafka counts
+them; several sizes give one row each, side by side on the same brokers): load N records
+(8 partitions, ``--value-bytes`` values) into a source cluster started here
 (embedded tansu, or real Apache Kafka with ``--broker kafka``/``SHALLOWMIRROR_BROKER=kafka`` and
 ``KAFKA_HOME`` or ``--kafka-home``; or SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP), then, ``--repeat``
 times, side by side:
@@ -32,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -126,10 +130,11 @@ def _source_ends(bootstrap: str, topic: str, records: int) -> dict[int, int]:
     return ends
 
 
-def _bytes_of(bootstrap: str, topic: str) -> int:
+def _bytes_of(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(compressed bytes, batches) of the whole topic."""
     from shallowmirror.engine.rawfetch import fetch_all
     _, totals = asyncio.run(fetch_all({"bootstrap.servers": bootstrap}, topic, keep=False))
-    return totals.bytes
+    return totals.bytes, totals.batches
 
 
 def fetch_only(source: str, topic: str, broker_pids: list[int]) -> dict:
@@ -235,7 +240,8 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
     try:
         if py_spy:
             spy = subprocess.Popen(
-                [os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--pid",
+                [shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable),
+                                                        "py-spy"), "record", "--pid",
                  str(proc.pid), "--rate", "200", "--format", "raw", "-o", py_spy,
                  "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
@@ -273,6 +279,10 @@ def main() -> int:
                         help="clusters started here: tansu (default) or Apache Kafka "
                              "(default: $SHALLOWMIRROR_BROKER)")
     parser.add_argument("--kafka-home", help="Kafka distribution (default: $KAFKA_HOME)")
+    parser.add_argument("--value-bytes", type=int, default=200, help="record value size")
+    parser.add_argument("--batch-bytes", default="1000000",
+                        help="producer batch.size of the loaded topic; a comma list gives one "
+                             "row per size (e.g. 16384,262144)")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     external = embedded.external_from_env()
@@ -287,20 +297,23 @@ def main() -> int:
           f"buffer.memory "
           f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'codec':7} {'MB':>6} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
+    print(f"{'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
           f"{'m/min':>5} {'CPU s/GB':>8} {'brokers s/GB (src+tgt)':>22} {'RSS MB':>7}  (MB/s)")
     try:
-        for codec in args.codecs.split(","):
+        for codec, batch_bytes in ((c, int(b)) for c in args.codecs.split(",")
+                                   for b in args.batch_bytes.split(",")):
             records = _records_for(args.records, codec)
-            topic = f"bench-{codec}-{uuid.uuid4().hex[:6]}"
+            topic = f"bench-{codec}-{batch_bytes}-{uuid.uuid4().hex[:6]}"
             w = Workload(topic=topic, records=records, partitions=8, codec=codec,
-                         value_bytes=200, batch_bytes=1_000_000, linger_ms=50)
+                         value_bytes=args.value_bytes, batch_bytes=batch_bytes, linger_ms=50)
             load({"bootstrap.servers": source}, w)
             ends = _source_ends(source, topic, records)
-            total_bytes = _bytes_of(source, topic)
+            total_bytes, total_batches = _bytes_of(source, topic)
             runs = []
             for rep in range(args.repeat):
                 run = {"codec": codec, "records": records, "compressed_bytes": total_bytes,
+                       "batch_bytes": batch_bytes, "value_bytes": args.value_bytes,
+                       "batches": total_batches, "broker": flavor,
                        "buffer_memory": args.buffer_memory, "settings": args.set, "repeat": rep,
                        "codec_impl": codec_impl.IMPLEMENTATION,
                        "load_average": os.getloadavg()[0]}
@@ -329,7 +342,7 @@ def main() -> int:
                 runs.append(run)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(run) + "\n")
-            _print_row(codec, total_bytes, runs)
+            _print_row(codec, batch_bytes, total_bytes, total_batches, runs)
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
@@ -347,7 +360,8 @@ def _med(runs: list[dict], *keys: str) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
-def _print_row(codec: str, total_bytes: int, runs: list[dict]) -> None:
+def _print_row(codec: str, batch_bytes: int, total_bytes: int, batches: int,
+               runs: list[dict]) -> None:
     gb = total_bytes / 1e9
     m, f, p = (_med(runs, k) for k in ("mirror_mb_s", "fetch_only_mb_s", "produce_only_mb_s"))
     for r in runs:
@@ -356,7 +370,7 @@ def _print_row(codec: str, total_bytes: int, runs: list[dict]) -> None:
                 if len(r["mirror"]["broker_cpu_s"]) >= 2 else (float("nan"),) * 2
     bsrc, btgt = _med(runs, "_bsrc"), _med(runs, "_btgt")
     ceiling = min(x for x in (f, p) if x == x) if (f == f or p == p) else float("nan")
-    print(f"{codec:7} {total_bytes / 1e6:6.0f} {m:7.1f} {f:7.1f} {p:7.1f} {m / f:5.2f} "
+    print(f"{codec:7} {batch_bytes:7} {total_bytes / 1e6:6.0f} {batches:7} {m:7.1f} {f:7.1f} {p:7.1f} {m / f:5.2f} "
           f"{m / ceiling:5.2f} {_med(runs, 'cpu_s_per_gb'):8.2f} {bsrc:10.2f} + {btgt:9.2f} "
           f"{_med(runs, 'mirror', 'peak_rss_bytes') / 1e6:7.0f}", flush=True)
 

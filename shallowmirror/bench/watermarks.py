@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 from shallowmirror import codec
@@ -150,9 +151,26 @@ class HighWatermarks:
             self._fallback = Consumer(with_log_config({
                 "bootstrap.servers": self.bootstrap, "group.id": "shallowmirror-bench-watermarks",
                 "enable.auto.commit": False}))
-        return {p: self._fallback.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                        timeout=10, cached=False)[1]
-                for p in self.partitions}
+        return {p: self._list_offset(TopicPartition(self.topic, p)) for p in self.partitions}
+
+    def _list_offset(self, tp, timeout_s: float = 30.0) -> int:
+        """ListOffsets "latest" of one partition, retried while the error is retriable: a topic
+        created a moment ago answers NOT_LEADER_FOR_PARTITION until its leader is known."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        not_yet = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                   KafkaError._UNKNOWN_TOPIC}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._fallback.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            except KafkaException as err:
+                error = err.args[0]
+                if not (error.retriable() or error.code() in not_yet) \
+                        or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
 
     def close(self) -> None:
         for conn in self._conns.values():
