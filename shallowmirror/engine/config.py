@@ -101,6 +101,30 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("metrics.interval.ms", "int", 1000,
                 "Aggregate flow records per partition over this interval (0: one per batch).",
                 minimum=0),
+        Setting("exactly.once.source.support", "str", "disabled",
+                "MirrorMaker 2's switch for exactly-once (KIP-618/656): enabled turns on "
+                "exactly.once for every flow (see below); preparing and disabled leave it off.",
+                choices=("disabled", "preparing", "enabled")),
+        Setting("exactly.once", "bool", False,
+                "Transactional exactly-once, per flow (`A->B.exactly.once = true`): read_committed "
+                "fetches; one transactional producer per source partition on the target "
+                "(transactional.id `<group.id>:<flow>:<topic>:<partition>`, so whoever takes a "
+                "partition over fences its previous owner); each transaction holds the mirrored "
+                "batches and the source offsets, committed to group.id ON THE TARGET; a restart "
+                "resumes from there (the first start takes the source group's offsets once). "
+                "Consumers of the target see the records with isolation.level=read_committed."),
+        Setting("transaction.max.bytes", "int", 16 * _MIB,
+                "Exactly-once: close a source partition's transaction once it holds this many "
+                "batch bytes (at most buffer.memory).", minimum=1),
+        Setting("transaction.interval.ms", "int", 1000,
+                "Exactly-once: close a source partition's transaction at the latest this long "
+                "after it started (read_committed consumers see records this much later; "
+                "below transaction.timeout.ms).", minimum=1),
+        Setting("transaction.timeout.ms", "int", 60000,
+                "Exactly-once: the transaction timeout given to the target's transaction "
+                "coordinator (InitProducerId); a transaction open longer is aborted by the "
+                "broker (at most the broker's transaction.max.timeout.ms, 15 min by default).",
+                minimum=1000),
         Setting("producer.id", "int", -1,
                 "Not for users: a fixed producer id (tests); -1 asks the target."),
     ],
@@ -122,9 +146,45 @@ def resolve_settings(raw: Mapping[str, Any] | None, *, context: str = "engine") 
                         f"buffer.memory ({values['buffer.memory']})")
     if values["retry.backoff.max.ms"] < values["retry.backoff.ms"]:
         problems.append("retry.backoff.max.ms must be >= retry.backoff.ms")
+    problems.extend(_exactly_once_problems(values))
     if problems:
         raise ConfigError(problems)
     return values
+
+
+def exactly_once(values: Mapping[str, Any]) -> bool:
+    """Transactional exactly-once on: ``exactly.once`` or MM2's ``exactly.once.source.support``."""
+    return bool(values.get("exactly.once")) or \
+        values.get("exactly.once.source.support") == "enabled"
+
+
+def _exactly_once_problems(values: dict[str, Any]) -> list[str]:
+    """Exactly-once needs idempotent acks=all producers and read_committed fetches (set here:
+    copying records of aborted source transactions into committed target ones would break the
+    guarantee), and transactions that close well before the broker times them out. Exact resume
+    from the target (deliverable 1) is not used: the target-side group offsets are the resume
+    point, committed atomically with the records."""
+    if not exactly_once(values):
+        return []
+    problems = []
+    if not values["enable.idempotence"]:
+        problems.append("exactly-once needs enable.idempotence=true (transactions are "
+                        "idempotent); remove enable.idempotence=false or turn exactly-once off")
+    if acks_value(values) != -1:
+        problems.append(f"exactly-once needs acks=all, not acks={values['acks']}")
+    if values["transaction.interval.ms"] * 2 > values["transaction.timeout.ms"]:
+        problems.append(f"transaction.interval.ms ({values['transaction.interval.ms']}) must be "
+                        "at most half of transaction.timeout.ms "
+                        f"({values['transaction.timeout.ms']}): a transaction must be committed "
+                        "well before the broker aborts it")
+    if values["transaction.max.bytes"] > values["buffer.memory"]:
+        problems.append(f"transaction.max.bytes ({values['transaction.max.bytes']}) must not "
+                        f"exceed buffer.memory ({values['buffer.memory']}): a transaction's "
+                        "batches stay in memory until it commits")
+    values["isolation.level"] = "read_committed"
+    if "resume.from.target" in values:
+        values["resume.from.target"] = False
+    return problems
 
 
 def acks_value(values: Mapping[str, Any]) -> int:

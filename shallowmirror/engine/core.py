@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
-from shallowmirror.engine.config import resolve_settings
+from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
 from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership
@@ -45,6 +45,7 @@ from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
+from shallowmirror.engine.transactions import TransactionalSinks
 from shallowmirror.errors import LocatedError, ShallowMirrorError, Where
 from shallowmirror.net import Cluster
 
@@ -77,12 +78,19 @@ class EngineCore:
         self.discovery = TopicDiscovery(self.runtime, topics, alias=source_alias)
         self.supervisor = self.runtime.supervisor
         self.budget = self.runtime.budget
-        self.sinks = Sinks(self.runtime, self, alias=target_alias, source_alias=source_alias)
+        #: Transactional exactly-once (engine.transactions) replaces the at-least-once sinks.
+        self.exactly_once = exactly_once(self.settings)
+        self.sinks: Sinks | TransactionalSinks = (
+            TransactionalSinks(self.runtime, self, alias=target_alias, source_alias=source_alias,
+                               group_id=self.group_id, flow=self.flow) if self.exactly_once
+            else Sinks(self.runtime, self, alias=target_alias, source_alias=source_alias))
         self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
         self.offset_maps: dict[TP, OffsetMap] = {}
         #: Where later features attach: batch acknowledged, offsets committed, assigned/revoked.
         self.hooks = EngineHooks()
+        if isinstance(self.sinks, TransactionalSinks):
+            self.hooks.partitions_revoked.add(self.sinks.partitions_revoked)
         self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias)
         self.duplicates_unknown_offset = 0
         self._fatal: BaseException | None = None
@@ -184,6 +192,8 @@ class EngineCore:
     async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:
         assert self.source is not None
         await self.source.refresh_metadata(sorted({t for t, _ in tps}))
+        if isinstance(self.sinks, TransactionalSinks):   # resume from the target's group
+            committed = await self.sinks.take_over(tps, committed)
         for tp in tps:
             position, skip = await self.sources.start_position(tp, committed.get(tp),
                                                                 self.group_id)
@@ -252,6 +262,21 @@ class EngineCore:
             batch.entry.is_gap = True
             sp.offsets.ack(batch.entry, None)
         batch._finish(None, None)
+        self.runtime.progress.notify()
+
+    def rewind_partition(self, tp: TP) -> None:
+        """Fetch ``tp`` again from its committed offset (its transaction was aborted)."""
+        sp = self.partitions.get(tp)
+        if sp is not None:
+            sp.abandon_pending(release=True)
+            self.sources.wake_all()
+            self.runtime.progress.notify()
+
+    def partition_failed(self, tp: TP, err: BaseException) -> None:
+        """Stop ``tp`` (fenced, or a batch the target never takes): nothing more from it."""
+        sp = self.partitions.get(tp)
+        if sp is not None:
+            self.sources.stop_partition(sp, err)
         self.runtime.progress.notify()
 
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:

@@ -152,7 +152,7 @@ MM2_IGNORED_KEYS = frozenset({
     "checkpoints.topic.replication.factor", "heartbeats.topic.replication.factor",
     "offset.lag.max", "emit.offset-syncs.enabled", "admin.timeout.ms",
     "consumer.poll.timeout.ms", "replication.policy.internal.topic.separator.enabled",
-    "dedicated.mode.enable.internal.rest", "exactly.once.source.support",
+    "dedicated.mode.enable.internal.rest",
     "topic.filter.class", "config.property.filter.class", "use.defaults.from",
     "key.converter", "value.converter", "header.converter", "name", "connector.class",
     "source.cluster.alias", "target.cluster.alias", "config.providers",

@@ -15,8 +15,16 @@ from collections.abc import Iterable
 
 from kafka.protocol.admin import DescribeConfigsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from shallowmirror.codec.messages import FETCH_VERSIONS, PRODUCE_API_KEY, PRODUCE_VERSIONS
@@ -33,6 +41,17 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     MetadataRequest.API_KEY: (1, 12),
     # v3+: tansu fails v0-2.
     InitProducerIdRequest.API_KEY: (3, 5),
+    # Exactly-once (engine.transactions). FindCoordinator v1-3: one key with its key type (v4+
+    # batches keys). AddPartitionsToTxn v4+ is broker-to-broker only (KIP-890: CLUSTER_ACTION).
+    # OffsetFetch v7: require_stable (waits out pending transactional commits), single group.
+    # AddOffsetsToTxn/TxnOffsetCommit/EndTxn: up to what Kafka 3.7 speaks (v5 of EndTxn and
+    # TxnOffsetCommit are KIP-890 part 2's implicit-add protocol, which is not used here).
+    FindCoordinatorRequest.API_KEY: (1, 3),
+    AddPartitionsToTxnRequest.API_KEY: (0, 3),
+    AddOffsetsToTxnRequest.API_KEY: (0, 3),
+    TxnOffsetCommitRequest.API_KEY: (0, 3),
+    EndTxnRequest.API_KEY: (0, 3),
+    OffsetFetchRequest.API_KEY: (7, 7),
     # v1+: include_synonyms; only a topic's max.message.bytes is ever asked for.
     DescribeConfigsRequest.API_KEY: (1, 4),
     SaslHandshakeRequest.API_KEY: (1, 1),
