@@ -465,6 +465,7 @@ class PartitionTransaction:
                 return
             await self._commit(live[-1][0].next_offset)
             self.transactions += 1
+            self.owner.committed_transactions += 1
             for batch, base in live:
                 self.owner.events.batch_acked(batch, base)
         except BaseException:
@@ -483,6 +484,7 @@ class PartitionTransaction:
     async def _abort(self, reason: str, *, rewind: bool = True) -> None:
         """Abort the open transaction, take the next epoch, mirror again from the last commit."""
         self.aborted += 1
+        self.owner.aborted_transactions += 1
         log.warning("%s: aborting the transaction of transactional.id %s (%s); the partition "
                     "is mirrored again from its last committed offset", self.where,
                     self.transactional_id, reason)
@@ -490,7 +492,11 @@ class PartitionTransaction:
             await self._end(commit=False)
         except BrokerError as err:      # e.g. INVALID_TXN_STATE: nothing open; the bump aborts
             log.info("%s: %s", self.where, err)
-        await self.init_producer(bump=True)
+        try:
+            await self.init_producer(bump=True)
+        except BrokerError as err:      # a broker without KIP-360 bumps (tansu 0.6: UNKNOWN)
+            log.info("%s: epoch bump refused (%s); initializing the id afresh", self.where, err)
+            await self.init_producer(bump=False)
         if rewind:
             self.queue.clear()
             self.owner.events.rewind_partition(self.tp)
@@ -540,6 +546,8 @@ class TransactionalSinks:
         self.coordinators: Coordinators | None = None
         self.partitions: dict[TP, PartitionTransaction] = {}
         self.stopped = False
+        self.committed_transactions = 0
+        self.aborted_transactions = 0
         self.api_keys = {
             "InitProducerId": InitProducerIdRequest.API_KEY,
             "OffsetFetch": OffsetFetchRequest.API_KEY,

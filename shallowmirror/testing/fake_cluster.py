@@ -538,3 +538,69 @@ async def write_source_batches(cluster, topic: str, partitions: int, batches: in
     finally:
         await c.close()
     return written
+
+
+# ---------------------------------------------------------------------------------------------
+# A real target cluster with scripted faults after the broker did its work.
+
+class ScriptedTargetConnection(ScriptedConnectionBase):
+    """A real target connection, except that a fault the cluster's ``faults`` script names
+    strikes *after* the real broker handled the request: a Produce whose batch the broker wrote
+    but whose answer is lost (``ConnectionFailedError``), or a coordinator answer whose error
+    codes are replaced - target errors in the middle of a transaction that a healthy broker
+    cannot be made to produce on demand."""
+
+    async def send_raw(self, buffers: Any, correlation_id: int, *args: Any, **kwargs: Any) -> Any:
+        frame = await self._conn.send_raw(buffers, correlation_id, *args, **kwargs)
+        c = self._cluster
+        c.produce_requests += 1
+        if c.produce_requests in c.lose_produce_answers:
+            from shallowmirror.errors import ConnectionFailedError, Where
+            c.faults_injected += 1
+            raise ConnectionFailedError("scripted fault: the broker wrote the batch, the answer "
+                                        "was lost", Where(cluster=c.alias))
+        return frame
+
+    async def request(self, req: Any, timeout_ms: int | None = None) -> Any:
+        response = await self._conn.request(req, timeout_ms)
+        c = self._cluster
+        code = c.error_answers.get(req.API_KEY)
+        if code is not None:
+            c.calls[req.API_KEY] = c.calls.get(req.API_KEY, 0) + 1
+            if c.calls[req.API_KEY] in c.error_calls:
+                c.faults_injected += 1
+                _set_error_codes(response, code)
+        return response
+
+
+def _set_error_codes(response: Any, code: int) -> None:
+    """Replace every error code in ``response`` (top level and per partition) with ``code``."""
+    if hasattr(response, "error_code"):
+        response.error_code = code
+    for topic in getattr(response, "topics", None) or []:
+        for part in getattr(topic, "partitions", None) or []:
+            part.error_code = code
+
+
+def scripted_target_cluster(*, lose_produce_answers: set[int] = frozenset(),  # type: ignore[assignment]
+                            error_answers: dict[int, int] | None = None,
+                            error_calls: set[int] = frozenset()) -> type:  # type: ignore[assignment]
+    """A ``Cluster`` subclass whose *target* connections are ``ScriptedTargetConnection``s:
+    the Produce requests numbered in ``lose_produce_answers`` (1 = the first) lose their answer
+    after the broker wrote them; the calls numbered in ``error_calls`` of each api key in
+    ``error_answers`` (api key -> error code) are answered with that code after the broker
+    handled them."""
+    class ScriptedTargetCluster(ScriptedSourceClusterBase):
+        connection_class = ScriptedTargetConnection
+
+        def __init__(self, config: Any, alias: str) -> None:
+            super().__init__(config, alias)
+            self.scripted = alias == "target"
+            self.lose_produce_answers = set(lose_produce_answers)
+            self.error_answers = dict(error_answers or {})
+            self.error_calls = set(error_calls)
+            self.produce_requests = 0
+            self.calls: dict[int, int] = {}
+            self.faults_injected = 0
+
+    return ScriptedTargetCluster

@@ -52,3 +52,45 @@ def test_exactly_once_mirrors_every_record_once_in_committed_transactions(
     data = [b for batches in stored.values() for b in batches if not b.is_control]
     assert data and all(b.is_transactional for b in data)
     assert any(b.is_control for batches in stored.values() for b in batches)  # commit markers
+
+
+ABORTS_NEED_KAFKA = pytest.mark.needs_real_kafka(
+    "tansu 0.6 never reports aborted transactions in Fetch: read_committed sees aborted records")
+
+
+@pytest.mark.parametrize("fault", [
+    # The broker wrote the batches of Produce requests 3 and 7; their answers are lost.
+    pytest.param({"lose_produce_answers": {3, 7}}, marks=ABORTS_NEED_KAFKA),
+    # TxnOffsetCommit (api key 28) of the second transaction is refused after the broker
+    # staged the offsets.
+    pytest.param({"error_answers": {28: -1}, "error_calls": {2}}, marks=ABORTS_NEED_KAFKA),
+    # EndTxn (api key 26) of the first commit answers CONCURRENT_TRANSACTIONS after the broker
+    # committed: the retried EndTxn(commit) finds it committed (no abort, nothing twice).
+    {"error_answers": {26: 51}, "error_calls": {1}},
+], ids=["produce-answer-lost", "offset-commit-refused", "end-txn-retried"])
+def test_a_target_error_mid_transaction_aborts_or_retries_without_loss_or_duplicates(
+        source_cluster, target_cluster, unique_topic, fault):
+    """Scripted FAULTS on a real target (fake_cluster.scripted_target_cluster): the broker does
+    the real work, then the answer is lost or replaced by an error."""
+    from shallowmirror.testing.fake_cluster import scripted_target_cluster
+
+    topic = unique_topic("eos-fault")
+    load_topic(source_cluster, topic, 4000, partitions=2, batch_bytes=16_000)
+    create_target(target_cluster, topic, partitions=2)
+    scripted = scripted_target_cluster(**fault)
+    engines: list = []
+    asyncio.run(run_until_caught_up(
+        source_cluster, target_cluster, [topic], engine_out=engines, cluster_factory=scripted,
+        settings={**EOS, "group.id": group(), "retry.backoff.ms": 10}))
+    target = next(c for c in scripted.instances if c.scripted)
+    assert target.faults_injected >= 1
+    sinks = engines[0].sinks
+    if "error_calls" in fault and 26 in fault["error_answers"]:
+        assert sinks.aborted_transactions == 0
+    else:
+        assert sinks.aborted_transactions >= 1
+    source = read_topic(source_cluster, topic)
+    assert_same_records(source, read_topic(target_cluster, topic))   # read_committed
+    if "lose_produce_answers" in fault:   # the aborted batches are stored, but never visible
+        everything = read_topic(target_cluster, topic, isolation_level="read_uncommitted")
+        assert sum(map(len, everything.values())) > sum(map(len, source.values()))
