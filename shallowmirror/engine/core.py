@@ -194,6 +194,7 @@ class EngineCore:
         await self.source.refresh_metadata(sorted({t for t, _ in tps}))
         if isinstance(self.sinks, TransactionalSinks):   # resume from the target's group
             committed = await self.sinks.take_over(tps, committed)
+        assigned = []
         for tp in tps:
             position, skip = await self.sources.start_position(tp, committed.get(tp),
                                                                 self.group_id)
@@ -201,7 +202,11 @@ class EngineCore:
             sp = SourcePartition(tp[0], tp[1], position, omap)
             sp.skip_to_high_watermark = skip
             sp.last_committed_sent = position
-            self.partitions[tp] = sp
+            assigned.append(sp)
+        # Attached together once every start is known: the first fetches then share the
+        # budget among all of them, instead of filling it with the first partitions' backlog.
+        for sp in assigned:
+            self.partitions[sp.tp] = sp
             self.sources.attach(sp)
         if tps:
             self.hooks.partitions_assigned(list(tps))

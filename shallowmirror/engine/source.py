@@ -145,7 +145,7 @@ class Source:
     def _request(self, version: int, ready: list[tuple[str, int]],
                  max_bytes: int | None = None) -> Any:
         max_bytes = self.max_bytes if max_bytes is None else max_bytes
-        per_partition = min(self.partition_max_bytes, max_bytes)
+        per_partition = fair_partition_bytes(max_bytes, len(ready), self.partition_max_bytes)
         return fetch_request(
             version, ((t, p, self.partitions[(t, p)].fetch_position, per_partition)
                       for t, p in ready),
@@ -326,6 +326,20 @@ class Source:
                                     next_offset=max(end, view.next_offset), rebuilt=why,
                                     high_watermark=hw))
         return out
+
+
+#: A partition's share of a Fetch is never cut below this (Kafka's default max.message.bytes):
+#: a share smaller than the partition's batches would return it only partial batches.
+MIN_FAIR_PARTITION_BYTES = 1 << 20
+
+
+def fair_partition_bytes(max_bytes: int, partitions: int, partition_max_bytes: int) -> int:
+    """Bytes asked per partition: an equal share of ``max_bytes`` (at least 1 MiB), at most
+    ``max.partition.fetch.bytes``. Kafka fills a response in request order, so a share of the
+    whole request per partition (16 MiB / 4 MiB) returned data for only the first four of eight
+    partitions, and produce requests then carried half the partitions they could."""
+    share = max(MIN_FAIR_PARTITION_BYTES, max_bytes // max(1, partitions))
+    return max(1, min(partition_max_bytes, max_bytes, share))
 
 
 Router = Callable[[FetchedBatch], None]
