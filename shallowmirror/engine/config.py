@@ -60,6 +60,12 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("max.in.flight.requests.per.connection", "int", 5,
                 "Produce requests in flight per target broker connection; also the limit per "
                 "partition (<= 5 when idempotent).", minimum=1),
+        Setting("target.connections.per.broker", "int", 1,
+                "Produce connections to each target broker; target partitions are spread over "
+                "them, each pinned to one (its batches stay in order). A stock broker works on "
+                "one request per connection at a time, so with small batches (few bytes per "
+                "request) more connections let it work on several at once.", minimum=1,
+                validator=lambda n: None if n <= 16 else f"at most 16, got {n}"),
         Setting("request.timeout.ms", "int", 30000, "Timeout of one request.", minimum=1000),
         Setting("retry.backoff.ms", "int", 100, "First backoff after a retriable error.",
                 minimum=1),

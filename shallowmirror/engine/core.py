@@ -237,6 +237,19 @@ class EngineCore:
         self.sinks.forward(batch, target_topic, target_partition)
 
     def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
+        self._ack_one(batch, target_base)
+        self.runtime.progress.notify()
+
+    def batches_acked(self, acked: list[tuple[FetchedBatch, int | None]]) -> None:
+        """Several acknowledgements (one Produce response's): the same as ``batch_acked`` on
+        each, in order, with one progress notification."""
+        try:
+            for batch, target_base in acked:
+                self._ack_one(batch, target_base)
+        finally:
+            self.runtime.progress.notify()
+
+    def _ack_one(self, batch: FetchedBatch, target_base: int | None) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))
         if target_base is None:
             self.duplicates_unknown_offset += 1
@@ -255,9 +268,9 @@ class EngineCore:
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size
-        self.metrics.batch_acked(batch, sp)
+        if self.metrics.recording:
+            self.metrics.batch_acked(batch, sp)
         batch._finish(target_base, None)
-        self.runtime.progress.notify()
 
     def batch_dropped(self, batch: FetchedBatch) -> None:
         """A program chose not to forward ``batch``: its offsets count as done, no map row."""

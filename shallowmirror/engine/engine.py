@@ -55,4 +55,4 @@ class MirrorEngine(EngineCore):
         target_topic = self._mapped.get(batch.topic)
         if target_topic is None:
             target_topic = self._mapped[batch.topic] = self.topic_mapper(batch.topic)
-        self.route(batch, target_topic, batch.partition)
+        self.sinks.forward(batch, target_topic, batch.partition)     # what route() does

@@ -173,6 +173,8 @@ class EngineMetrics:
         if self.owns_sink:
             sink = JsonLinesMetricsSink(settings["metrics.file"])
         self.sink: MetricsSink = sink or NullMetricsSink()
+        #: False when records go nowhere: the per-batch bookkeeping is skipped altogether.
+        self.recording = not isinstance(self.sink, NullMetricsSink)
         self.budget = budget
         self.interval_s = max(0.2, settings["metrics.interval.ms"] / 1000)
         self.flows = FlowRecorder(

@@ -41,12 +41,13 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class MapRow:
+class MapRow(NamedTuple):
     """One forwarded batch: ``count`` source offsets from ``source_base`` are ``count`` target
-    offsets from ``target_base`` (None: acknowledged, target offset unknown)."""
+    offsets from ``target_base`` (None: acknowledged, target offset unknown). Immutable; a tuple
+    because one is made per acknowledged batch."""
 
     source_base: int
     count: int
@@ -69,13 +70,15 @@ class OffsetMap:
         self._rows: deque[MapRow] = deque()
 
     def add(self, row: MapRow) -> None:
-        if self._rows:
-            assert row.source_base >= self._rows[-1].source_end, (
-                f"offset map rows overlap: {self._rows[-1]} then {row}")
-        self._rows.append(row)
+        rows = self._rows
+        if rows:
+            last = rows[-1]
+            assert row.source_base >= last.source_base + last.count, (
+                f"offset map rows overlap: {last} then {row}")
+        rows.append(row)
         self._bases.append(row.source_base)
-        while len(self._rows) > self.max_rows:
-            self._rows.popleft()
+        if len(rows) > self.max_rows:
+            rows.popleft()
             self._bases.popleft()
 
     def forget_from(self, source_offset: int) -> int:
@@ -204,16 +207,18 @@ class PartitionOffsets:
         return self._committed
 
     def _advance(self) -> None:
-        before = self._committed
-        while self._entries and self._entries[0].acked:
-            entry = self._entries.popleft()
-            assert entry.start == self._committed, (
-                f"entries not contiguous: committed {self._committed}, next starts {entry.start}")
+        entries = self._entries
+        committed = before = self._committed
+        while entries and entries[0].acked:
+            entry = entries.popleft()
+            assert entry.start == committed, (
+                f"entries not contiguous: committed {committed}, next starts {entry.start}")
             if not entry.is_gap and entry.record_count:
                 self.offset_map.add(MapRow(entry.source_base, entry.record_count,
                                            entry.target_base))
-            self._committed = entry.end
-        assert self._committed >= before
+            committed = entry.end
+        self._committed = committed
+        assert committed >= before
 
     def reset(self, position: int) -> None:
         """Restart from ``position`` (offset reset, or a partition assigned anew). Forward jumps

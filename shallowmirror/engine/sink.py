@@ -85,11 +85,13 @@ class TargetPartitionQueue:
 
 
 class Sink:
-    """Produces to every partition led by one target broker."""
+    """Produces, over one connection (``lane``), to the partitions of one target broker pinned to
+    that lane."""
 
-    def __init__(self, owner: Sinks, node_id: int) -> None:
+    def __init__(self, owner: Sinks, node_id: int, lane: int = 0) -> None:
         self.owner = owner
         self.node_id = node_id
+        self.lane = lane
         self.partitions: dict[TTP, TargetPartitionQueue] = {}
         self.rotation: Rotation[TTP] = Rotation()
         self.wake = asyncio.Event()
@@ -103,8 +105,10 @@ class Sink:
         self.requests_sent = 0
 
     # ---- queueing ----
-    def enqueue(self, batch: FetchedBatch) -> None:
-        ttp = (batch.target_topic, batch.target_partition)
+    def enqueue(self, batch: FetchedBatch, ttp: TTP | None = None) -> None:
+        """Queue ``batch`` behind the others of its target partition (``ttp``, if known)."""
+        if ttp is None:
+            ttp = (batch.target_topic, batch.target_partition)
         tq = self.partitions.get(ttp)
         if tq is None:
             tq = self.partitions[ttp] = TargetPartitionQueue()
@@ -179,10 +183,12 @@ class Sink:
                 batch.attempts += 1
                 picks.append((ttp, batch))
             self.requests_in_flight += 1
+            # Described lazily: the text is only needed if the request fails.
             self.owner.runtime.supervisor.spawn(
-                self._send(picks), what=f"produce request to target broker {self.node_id} "
-                f"(partitions {partitions_text(ttp for ttp, _ in picks)})",
-                where=where_of(self.owner.alias, (ttp for ttp, _ in picks)))
+                self._send(picks), what=lambda picks=picks: (
+                    f"produce request to target broker {self.node_id} "
+                    f"(partitions {partitions_text(ttp for ttp, _ in picks)})"),
+                where=lambda picks=picks: where_of(self.owner.alias, (ttp for ttp, _ in picks)))
 
     def _drop_abandoned_heads(self) -> None:
         for tq in self.partitions.values():
@@ -191,7 +197,7 @@ class Sink:
 
     async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
         try:
-            conn = await self.owner.connection(self.node_id)
+            conn = await self.owner.connection(self.node_id, self.lane)
             version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
             topics: dict[str, list] = {}
             for (topic, partition), batch in picks:
@@ -237,6 +243,18 @@ class Sink:
         for topic, parts in response.topics:
             for part in parts:
                 by_tp[(topic, part.partition)] = part
+        acked: list[tuple[FetchedBatch, int | None]] = []
+        try:
+            self._answered(picks, by_tp, acked)
+        finally:
+            # One call per response (at most one batch per partition, so per partition still in
+            # source order), after the queues were updated.
+            if acked:
+                self.owner.batches_acked(acked)
+
+    def _answered(self, picks: list[tuple[TTP, FetchedBatch]], by_tp: dict,
+                  acked: list[tuple[FetchedBatch, int | None]]) -> None:
+        """Apply a Produce response to the picks it answers; collect what was acknowledged."""
         for ttp, batch in picks:
             part = by_tp.get(ttp)
             tq = self.partitions[ttp]
@@ -249,8 +267,9 @@ class Sink:
                 tq.unknown_attempts = 0
                 if batch.stamp is not None:
                     tq.acked_identity = (batch.stamp.producer_id, batch.stamp.producer_epoch)
-                self.owner.batch_acked(batch, part.base_offset if code == 0 else None)
-                self._maybe_requeue(ttp, tq)
+                acked.append((batch, part.base_offset if code == 0 else None))
+                if tq.failed:
+                    self._maybe_requeue(ttp, tq)
                 continue
             info = broker_error_info(code)
             where = Where(cluster=self.owner.alias, topic=ttp[0], partition=ttp[1])
@@ -346,7 +365,11 @@ class Sinks:
                                          fixed_producer_id=settings["producer.id"])
         self.acks = acks_value(settings)
         self.clear_log_append_time = settings["log.append.time"] == "clear"
-        self.by_node: dict[int, Sink] = {}
+        #: One sink per (target broker, lane): ``target.connections.per.broker`` lanes each.
+        self.by_node: dict[tuple[int, int], Sink] = {}
+        self.lanes = settings["target.connections.per.broker"]
+        #: Target partition -> its lane, for life: one connection per partition keeps its order.
+        self._lane_of: dict[TTP, int] = {}
         #: Set at shutdown, after what was in flight had its chance: produce loops end.
         self.stopped = False
         self.identity_resetting = False
@@ -385,9 +408,9 @@ class Sinks:
         self._enqueue_no += 1
         return self._enqueue_no
 
-    async def connection(self, node_id: int):
+    async def connection(self, node_id: int, lane: int = 0):
         assert self.cluster is not None
-        return await self.cluster.connection(node_id)
+        return await self.cluster.connection(node_id, lane)
 
     def note_unreachable(self, err: BaseException) -> None:
         self.runtime.note_unreachable(self.alias, err)
@@ -397,6 +420,15 @@ class Sinks:
 
     def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
         self.events.batch_acked(batch, target_base)
+
+    def batches_acked(self, acked: list[tuple[FetchedBatch, int | None]]) -> None:
+        """The batches one Produce response acknowledged, in request order."""
+        many = getattr(self.events, "batches_acked", None)
+        if many is not None:
+            many(acked)
+            return
+        for batch, target_base in acked:
+            self.events.batch_acked(batch, target_base)
 
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
         self.events.batch_failed(batch, err)
@@ -429,7 +461,7 @@ class Sinks:
                 self._learn_message_limit(target_topic), what="target topic limit lookup",
                 where=Where(cluster=self.alias, topic=target_topic))
         ttp = (target_topic, target_partition)
-        waiting = self._awaiting_leader.get(ttp)
+        waiting = self._awaiting_leader.get(ttp) if self._awaiting_leader else None
         if waiting is not None:          # a leader lookup is on: queue behind it, in order
             waiting.append(batch)
             return
@@ -440,12 +472,17 @@ class Sinks:
                 self._forward_later(ttp), what="target leader lookup",
                 where=Where(cluster=self.alias, topic=target_topic, partition=target_partition))
             return
-        self._sink(leader).enqueue(batch)
+        self._sink(leader, ttp).enqueue(batch, ttp)
 
-    def _sink(self, node_id: int) -> Sink:
-        sink = self.by_node.get(node_id)
+    def _sink(self, node_id: int, ttp: TTP) -> Sink:
+        """The sink of ``ttp`` on broker ``node_id``: the lane it was given when first seen
+        (round robin), so its batches always share one connection, in order."""
+        lane = self._lane_of.get(ttp) if self.lanes > 1 else 0
+        if lane is None:
+            lane = self._lane_of[ttp] = len(self._lane_of) % self.lanes
+        sink = self.by_node.get((node_id, lane))
         if sink is None:
-            sink = self.by_node[node_id] = Sink(self, node_id)
+            sink = self.by_node[(node_id, lane)] = Sink(self, node_id, lane)
             self.runtime.supervisor.spawn_loop(
                 sink.run, what=lambda: (f"produce loop of target broker {node_id} (partitions "
                                         f"{partitions_text(sink.partitions)})"),
@@ -465,7 +502,7 @@ class Sinks:
                 break
             leader = self.cluster.leader(*ttp)
             if leader is not None:
-                sink = self._sink(leader)
+                sink = self._sink(leader, ttp)
                 for batch in self._awaiting_leader.pop(ttp):
                     sink.enqueue(batch)
                 return
@@ -581,7 +618,7 @@ class Sinks:
         batches = sink.take_partition(ttp)
         log.info("target %s %s-%d moved from broker %d to %d; %d batches follow",
                  self.alias, ttp[0], ttp[1], sink.node_id, leader, len(batches))
-        new = self._sink(leader)
+        new = self._sink(leader, ttp)
         for batch in batches:
             new.enqueue(batch)
 

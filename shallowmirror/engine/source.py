@@ -249,8 +249,7 @@ class Source:
             batch.entry = sp.offsets.add_batch(batch.next_offset, batch.source_base,
                                                batch.record_count, payload=batch)
         sp.offsets.add_gap(end)
-        for batch in batches:
-            self.owner.deliver(sp, batch)
+        self.owner.deliver_all(sp, batches)
         if fault is not None:
             self.owner.stop_partition(sp, fault.at(cluster=self.owner.alias,
                                                   topic=sp.topic, partition=sp.partition),
@@ -421,8 +420,11 @@ class Sources:
         with contextlib.suppress(ConnectionFailedError):
             await self.cluster.refresh_metadata(sorted({tp[0] for tp in self.partitions}))
 
-    def deliver(self, sp: SourcePartition, batch: FetchedBatch) -> None:
-        self.route(batch)
+    def deliver_all(self, sp: SourcePartition, batches: list[FetchedBatch]) -> None:
+        """Route each of ``batches`` (one partition's, in order)."""
+        route = self.route
+        for batch in batches:
+            route(batch)
 
     @property
     def _list_offsets_isolation(self) -> int:

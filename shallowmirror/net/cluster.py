@@ -106,6 +106,9 @@ class Cluster:
         self.metadata = Metadata()
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
+        #: Extra connections to one broker, by (node id, lane >= 1): see ``connection``.
+        self._lanes: dict[tuple[int, int], BrokerConnection] = {}
+        self._lanes_connecting: dict[tuple[int, int], asyncio.Task] = {}
         self._bootstrap: BrokerConnection | None = None
         self._refreshing: dict[frozenset[str] | None, asyncio.Task] = {}
         self._refreshed_at = 0.0
@@ -136,6 +139,7 @@ class Cluster:
         """Close every connection and stop the background refresh."""
         self._closed = True
         tasks = [t for t in (self._refresher, *self._connecting.values(),
+                             *self._lanes_connecting.values(),
                              *self._refreshing.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -143,10 +147,11 @@ class Cluster:
             with contextlib.suppress(BaseException):
                 await task
         self._refresher = None
-        conns = list(self._connections.values())
+        conns = [*self._connections.values(), *self._lanes.values()]
         if self._bootstrap is not None:
             conns.append(self._bootstrap)
         self._connections.clear()
+        self._lanes.clear()
         self._bootstrap = None
         for conn in conns:
             await conn.close()
@@ -219,6 +224,11 @@ class Cluster:
                 log.info("cluster %s: broker %d %s, closing its connection", self.alias, node_id,
                          "left the cluster" if broker is None else f"moved to {broker.address}")
                 del self._connections[node_id]
+                asyncio.ensure_future(conn.close())
+        for key, conn in list(self._lanes.items()):
+            broker = brokers.get(key[0])
+            if broker is None or (broker.host, broker.port) != (conn.host, conn.port):
+                del self._lanes[key]
                 asyncio.ensure_future(conn.close())
 
     def _adopt_bootstrap(self) -> None:
@@ -308,10 +318,17 @@ class Cluster:
                             err.reason)
         return await self._connect_bootstrap()
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        """The live connection to broker ``node_id``, opening one (with backoff) if needed."""
+    async def connection(self, node_id: int, lane: int = 0) -> BrokerConnection:
+        """The live connection to broker ``node_id``, opening one (with backoff) if needed.
+
+        ``lane`` >= 1 names a further connection to the same broker, used by nothing else: a
+        stock broker handles one request per connection at a time, so requests that should be
+        worked on at once need connections of their own (the produce side pins each target
+        partition to one lane, which keeps its order)."""
         if self._closed:
             raise ConnectionFailedError("cluster is closed", Where(cluster=self.alias))
+        if lane:
+            return await self._lane_connection(node_id, lane)
         conn = self._connections.get(node_id)
         if conn is not None and conn.connected:
             return conn
@@ -324,18 +341,39 @@ class Cluster:
         # Shielded: one caller giving up must not abort the attempt others are waiting on.
         return await asyncio.shield(task)
 
-    async def _connect_node(self, node_id: int) -> BrokerConnection:
-        def target() -> tuple[str, int]:
-            broker = self.metadata.brokers.get(node_id)
-            if broker is None:
-                known = ", ".join(f"{b.node_id}={b.address}"
-                                  for b in self.metadata.brokers.values()) or "none"
-                raise ConnectionFailedError(
-                    f"broker {node_id} is not in the cluster's metadata (known brokers: {known})",
-                    Where(cluster=self.alias))
-            return broker.host, broker.port
+    async def _lane_connection(self, node_id: int, lane: int) -> BrokerConnection:
+        key = (node_id, lane)
+        conn = self._lanes.get(key)
+        if conn is not None and conn.connected:
+            return conn
+        task = self._lanes_connecting.get(key)
+        if task is None:
+            task = asyncio.create_task(self._connect_lane(key),
+                                       name=f"connect-{self.alias}-{node_id}-{lane}")
+            self._lanes_connecting[key] = task
+            task.add_done_callback(lambda _t: self._lanes_connecting.pop(key, None))
+        return await asyncio.shield(task)
 
-        conn = await self._connect_with_backoff([target], node_id)
+    async def _connect_lane(self, key: tuple[int, int]) -> BrokerConnection:
+        conn = await self._connect_with_backoff([lambda: self._broker_address(key[0])], key[0])
+        old = self._lanes.get(key)
+        if old is not None and old is not conn:
+            await old.close()
+        self._lanes[key] = conn
+        return conn
+
+    def _broker_address(self, node_id: int) -> tuple[str, int]:
+        broker = self.metadata.brokers.get(node_id)
+        if broker is None:
+            known = ", ".join(f"{b.node_id}={b.address}"
+                              for b in self.metadata.brokers.values()) or "none"
+            raise ConnectionFailedError(
+                f"broker {node_id} is not in the cluster's metadata (known brokers: {known})",
+                Where(cluster=self.alias))
+        return broker.host, broker.port
+
+    async def _connect_node(self, node_id: int) -> BrokerConnection:
+        conn = await self._connect_with_backoff([lambda: self._broker_address(node_id)], node_id)
         old = self._connections.get(node_id)
         if old is not None and old is not conn:
             await old.close()
@@ -389,4 +427,4 @@ class Cluster:
 
     def live_connections(self) -> Iterable[BrokerConnection]:
         """Connections currently open (for metrics and shutdown)."""
-        return [c for c in self._connections.values() if c.connected]
+        return [c for c in (*self._connections.values(), *self._lanes.values()) if c.connected]

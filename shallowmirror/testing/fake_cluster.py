@@ -464,8 +464,8 @@ class ScriptedSourceClusterBase(Cluster):
     def _wrap(self, conn: Any) -> Any:
         return self.connection_class(conn, self) if self.scripted else conn
 
-    async def connection(self, node_id: int) -> Any:
-        return self._wrap(await super().connection(node_id))
+    async def connection(self, node_id: int, lane: int = 0) -> Any:
+        return self._wrap(await super().connection(node_id, lane))
 
     async def leader_connection(self, topic: str, partition: int) -> Any:
         return self._wrap(await super().leader_connection(topic, partition))

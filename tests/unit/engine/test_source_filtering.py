@@ -50,8 +50,8 @@ class FakeCore:
         self.stopped: list = []
         self.stopping = False
 
-    def deliver(self, sp, b) -> None:
-        self.delivered.append(b)
+    def deliver_all(self, sp, batches) -> None:
+        self.delivered.extend(batches)
 
     def stop_partition(self, sp, err, abandon_pending=True) -> None:
         sp.error = str(err)
