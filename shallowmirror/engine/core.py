@@ -82,7 +82,8 @@ class EngineCore:
         self.exactly_once = exactly_once(self.settings)
         self.sinks: Sinks | TransactionalSinks = (
             TransactionalSinks(self.runtime, self, alias=target_alias, source_alias=source_alias,
-                               group_id=self.group_id, flow=self.flow) if self.exactly_once
+                               group_id=self.group_id, flow=self.flow,
+                               target_of=self.target_partition_of) if self.exactly_once
             else Sinks(self.runtime, self, alias=target_alias, source_alias=source_alias))
         self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
@@ -231,6 +232,11 @@ class EngineCore:
         if owned:
             self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
+
+    def target_partition_of(self, tp: TP) -> TP:
+        """Where the router sends ``tp``'s batches, when known up front (exactly-once keeps the
+        source offsets under it in the target group); a router-less guess: the same name."""
+        return tp
 
     def route(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
         """Queue ``batch`` for ``target_topic``/``target_partition`` on the target."""

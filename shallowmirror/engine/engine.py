@@ -50,6 +50,9 @@ class MirrorEngine(EngineCore):
         self.topic_mapper = topic_mapper
         self._mapped: dict[str, str] = {}
 
+    def target_partition_of(self, tp: tuple[str, int]) -> tuple[str, int]:
+        return (self.topic_mapper(tp[0]), tp[1])
+
     def _by_topic(self, batch: FetchedBatch) -> None:
         """The router: same partition of the mapped topic (the mapping cached per topic)."""
         target_topic = self._mapped.get(batch.topic)

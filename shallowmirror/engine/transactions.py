@@ -173,6 +173,9 @@ class PartitionTransaction:
         self.owner = owner
         self.tp = tp
         self.transactional_id = transactional_id(owner.group_id, owner.flow, *tp)
+        #: Where the offsets live in the target group: the *target* topic-partition (the broker
+        #: refuses offsets for topics it does not have), holding the next *source* offset.
+        self.offsets_tp = owner.target_of(tp)
         self.producer_id = -1
         self.producer_epoch = -1
         self.generation = 0
@@ -199,6 +202,7 @@ class PartitionTransaction:
         """Send ``make(version)`` to the coordinator of ``key`` until it answers without a
         retriable error; fencing raises FencedError, other errors BrokerError."""
         backoff = self.owner.runtime.backoff()
+        attempts = 0
         while True:
             if self.closed:
                 raise _Abort(f"source partition {self.tp[0]}-{self.tp[1]} given up")
@@ -223,8 +227,10 @@ class PartitionTransaction:
             self._raise_if_final(code, what)
             if code in _COORDINATOR_MOVED:
                 self.owner.coordinators.forget(key_type, key)
-            log.debug("%s: %s answered %s; retrying", self.where, what,
-                      broker_error_info(code).name)
+            attempts += 1
+            log.log(logging.WARNING if attempts == 10 else logging.DEBUG,
+                    "%s: %s for %s answered %s (attempt %d); retrying", self.where, what,
+                    self.transactional_id, broker_error_info(code).name, attempts)
             await asyncio.sleep(backoff.next_s())
 
     def _raise_if_final(self, code: int, what: str) -> None:
@@ -269,7 +275,7 @@ class PartitionTransaction:
     async def committed_offset(self) -> int | None:
         """This partition's offset in group.id on the target (None: none yet). ``require_stable``
         waits for a pending transactional commit to complete."""
-        topic, partition = self.tp
+        topic, partition = self.offsets_tp
         resp = await self._call(
             GROUP_KEY, self.owner.group_id,
             lambda v: OffsetFetchRequest(
@@ -301,7 +307,8 @@ class PartitionTransaction:
         await self._call(TRANSACTION_KEY, txn, lambda v: AddOffsetsToTxnRequest(
             transactional_id=txn, producer_id=pid, producer_epoch=epoch, group_id=group,
             version=v), "AddOffsetsToTxn", lambda r: r.error_code)
-        topic, partition = self.tp
+        topic, partition = self.offsets_tp
+        metadata = f"source {self.owner.source_alias} {self.tp[0]}-{self.tp[1]}"
         await self._call(GROUP_KEY, group, lambda v: TxnOffsetCommitRequest(
             transactional_id=txn, group_id=group, producer_id=pid, producer_epoch=epoch,
             generation_id=-1, member_id="", group_instance_id=None, version=v,
@@ -310,7 +317,7 @@ class PartitionTransaction:
                     TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
                     .TxnOffsetCommitRequestPartition(
                         partition_index=partition, committed_offset=position,
-                        committed_leader_epoch=-1, committed_metadata="")])]),
+                        committed_leader_epoch=-1, committed_metadata=metadata)])]),
             "TxnOffsetCommit", _txn_offset_commit_error)
         await self._end(commit=True)
 
@@ -532,8 +539,11 @@ class TransactionalSinks:
     ``PartitionTransaction`` per owned source partition."""
 
     def __init__(self, runtime: Runtime, events: TransactionEvents, *, alias: str,
-                 source_alias: str, group_id: str, flow: str) -> None:
+                 source_alias: str, group_id: str, flow: str,
+                 target_of: Callable[[TP], TP] = lambda tp: tp) -> None:
         self.runtime = runtime
+        #: source partition -> the target partition its batches go to (the router's mapping).
+        self.target_of = target_of
         self.events = events
         self.alias = alias
         self.source_alias = source_alias

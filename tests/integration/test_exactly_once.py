@@ -8,12 +8,16 @@ order kept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from engine_support import create_target, group, load_topic, raw_batches, run_until_caught_up
 
 from shallowmirror.testing.topics import assert_same_records, client_config, read_topic
+from shallowmirror.testing.workload import Workload, load
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +98,136 @@ def test_a_target_error_mid_transaction_aborts_or_retries_without_loss_or_duplic
     if "lose_produce_answers" in fault:   # the aborted batches are stored, but never visible
         everything = read_topic(target_cluster, topic, isolation_level="read_uncommitted")
         assert sum(map(len, everything.values())) > sum(map(len, source.values()))
+
+
+def test_first_start_takes_the_source_groups_offsets_once(source_cluster, target_cluster,
+                                                          unique_topic):
+    topic = unique_topic("eos-first")
+    load_topic(source_cluster, topic, 3000, partitions=2)
+    create_target(target_cluster, topic, partitions=2)
+    group_id = group()
+    start = {0: 500, 1: 700}
+    commit_source_offsets(source_cluster, group_id, topic, start)
+    settings = {**EOS, "group.id": group_id}
+    stats = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic],
+                                            settings=settings))
+    source = read_topic(source_cluster, topic)
+    expected = {p: [r for r in records if r.offset >= start[p]] for p, records in source.items()}
+    assert stats.records == sum(map(len, expected.values()))
+    assert_same_records(expected, read_topic(target_cluster, topic))
+    # From now on the target group is the resume point: moving the source group's offsets back
+    # changes nothing.
+    commit_source_offsets(source_cluster, group_id, topic, {0: 0, 1: 0})
+    again = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic],
+                                            settings=settings))
+    assert again.records == 0
+    assert_same_records(expected, read_topic(target_cluster, topic))
+
+
+def commit_source_offsets(cluster, group_id: str, topic: str, offsets: dict[int, int]) -> None:
+    consumer = Consumer({**client_config(cluster), "group.id": group_id,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+
+
+# -- the mirror process, killed and paused -------------------------------------------------------
+
+def _high_watermarks(cluster, topic: str, partitions: int) -> int:
+    """Sum of the target partitions' high watermarks (records, aborted ones and markers): grows
+    whenever batches move; -1 while the topic does not exist."""
+    consumer = Consumer({**client_config(cluster), "group.id": "shallowmirror-watermarks"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                   for p in range(partitions))
+    except Exception:  # noqa: BLE001 - the remote topic is not created yet
+        return -1
+    finally:
+        consumer.close()
+
+
+def _eos_config(tmp_path, source, target, topic):
+    from test_mirror_cli import mm2_properties
+
+    return mm2_properties(tmp_path / "mm2.properties", source, target, **{
+        "A->B.enabled": "true", "topics": topic, "A->B.exactly.once": "true",
+        "partition.assignment": "all", "transaction.interval.ms": "300",
+        "max.partition.fetch.bytes": "65536", "fetch.max.bytes": "262144"})
+
+
+@pytest.mark.needs_real_kafka(
+    "tansu 0.6 never reports aborted transactions in Fetch: read_committed sees aborted records")
+def test_kill_9_ten_times_loses_nothing_and_duplicates_nothing(source_cluster, target_cluster,
+                                                               tmp_path, unique_topic):
+    from test_mirror_cli import Background, run_until_caught_up, wait_for
+
+    topic = unique_topic("eos-kill")
+    load(source_cluster, Workload(topic, records=20000, partitions=3, codec="lz4",
+                                  value_bytes=200))
+    remote = f"A.{topic}"
+    config = _eos_config(tmp_path, source_cluster, target_cluster, topic)
+    for kill in range(10):
+        load(source_cluster, Workload(topic, records=3000, partitions=3, codec="lz4",
+                                      value_bytes=200, create_topic=False, seed=kill + 1))
+        before = _high_watermarks(target_cluster, remote, 3)
+        mirror = Background("mirror", str(config), log_path=tmp_path / f"run{kill}.log")
+        try:
+            wait_for(lambda b=before: _high_watermarks(target_cluster, remote, 3) > b, 90,
+                     f"the target to grow before kill {kill + 1}", mirror)
+            os.kill(mirror.process.pid, signal.SIGKILL)
+        finally:
+            mirror.stop()
+    run_until_caught_up("mirror", str(config))
+    source = read_topic(source_cluster, topic)
+    assert sum(map(len, source.values())) == 50000
+    # read_committed: every record once, in source order per partition.
+    assert_same_records(source, read_topic(target_cluster, remote))
+
+
+@pytest.mark.needs_real_kafka("tansu 0.6 does not fence a transactional id's older epoch")
+def test_a_paused_instance_is_fenced_after_another_took_over_and_writes_nothing(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    from test_mirror_cli import Background, wait_for
+
+    topic = unique_topic("eos-zombie")
+    load(source_cluster, Workload(topic, records=30000, partitions=3, codec="lz4",
+                                  value_bytes=200))
+    remote = f"A.{topic}"
+    config = _eos_config(tmp_path, source_cluster, target_cluster, topic)
+    zombie = Background("mirror", str(config), log_path=tmp_path / "zombie.log")
+    successor = None
+    try:
+        wait_for(lambda: _high_watermarks(target_cluster, remote, 3) > 0, 90,
+                 "the first instance to move batches", zombie)
+        os.kill(zombie.process.pid, signal.SIGSTOP)
+        successor = Background("mirror", str(config), log_path=tmp_path / "successor.log")
+        wait_for(lambda: _committed_count(target_cluster, remote) == 30000, 120,
+                 "the second instance to take over and catch up", successor)
+        os.kill(zombie.process.pid, signal.SIGCONT)
+        wait_for(lambda: zombie.log().count("took source partition") >= 3, 60,
+                 "the resumed instance to find all its partitions fenced", zombie)
+        load(source_cluster, Workload(topic, records=3000, partitions=3, codec="lz4",
+                                      value_bytes=200, create_topic=False, seed=7))
+        wait_for(lambda: _committed_count(target_cluster, remote) == 33000, 120,
+                 "the second instance to mirror what came after", successor)
+        assert successor.terminate() == 0, successor.log()[-3000:]
+        assert zombie.terminate() == 0, zombie.log()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zombie.process.pid, signal.SIGCONT)
+        zombie.stop()
+        if successor is not None:
+            successor.stop()
+    assert "PRODUCER_FENCED" in zombie.log() or "INVALID_PRODUCER_EPOCH" in zombie.log()
+    # Nothing the zombie wrote after the takeover became visible: the target is the source.
+    assert_same_records(read_topic(source_cluster, topic), read_topic(target_cluster, remote))
+
+
+def _committed_count(cluster, topic: str) -> int:
+    try:
+        return sum(map(len, read_topic(cluster, topic, timeout_s=20).values()))
+    except Exception:  # noqa: BLE001 - not there yet
+        return -1
