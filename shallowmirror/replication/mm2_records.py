@@ -165,7 +165,9 @@ def decode_offset_sync_key(key: bytes | memoryview | None) -> tuple[str, int, by
 @dataclass(frozen=True)
 class Checkpoint:
     """Group ``group`` committed ``upstream_offset`` on the source partition; on the target that
-    is ``downstream_offset`` (the topic is the *source* topic name, as MM2 writes it)."""
+    is ``downstream_offset``. ``topic`` is the topic's name *on the target* (MM2's
+    ``renameTopicPartition``: ``A.orders`` for ``orders`` of cluster A; ``orders`` for a
+    ``B.orders`` checkpointed back to B), as ``RemoteClusterUtils.translateOffsets`` returns it."""
 
     group: str
     topic: str
