@@ -5,7 +5,7 @@ the brokers' CPU, and peak RSS against buffer.memory.
         [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
         [--set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
         [--broker tansu|kafka] [--kafka-home DIR] [--value-bytes 200]
-        [--batch-bytes 1000000 | 16384,262144]
+        [--batch-bytes 1000000 | 16384,262144] [--baseline DIR]
 
 Per codec and producer ``batch.size`` (``--batch-bytes``, uncompressed bytes as librdkafka counts
 them; several sizes give one row each, side by side on the same brokers): load N records
@@ -24,6 +24,10 @@ times, side by side:
    Both ends are read the way each broker answers correctly (tansu: a Fetch past the end; Kafka,
    which answers that with OFFSET_OUT_OF_RANGE and no high watermark: ListOffsets), and the
    source's ends must add up to the records loaded, so a mirror phase cannot "finish" at once.
+With ``--baseline DIR`` the produce-only and mirror phases also run with ``PYTHONPATH=DIR`` (an
+exported older tree, e.g. ``git archive <commit> shallowmirror | tar -x -C DIR`` plus its built
+codec), interleaved with the current code's runs on the same topics and brokers: before/after
+side by side, one row each ("base" and "new").
 Each phase records its process's CPU and the started brokers' CPU (psutil on their pids) over the
 same window. Prints one row per codec (medians over the repeats) and appends every run as a JSON
 object to ``--out``.
@@ -158,13 +162,19 @@ def fetch_only(source: str, topic: str, broker_pids: list[int]) -> dict:
     return result
 
 
+def _env(pythonpath: str | None) -> dict | None:
+    """The environment of a child running the code at ``pythonpath`` (None: this code)."""
+    return None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
+
+
 def produce_only(source: str, target: str, topic: str, target_topic: str,
-                 broker_pids: list[int], sets: list[str]) -> dict:
+                 broker_pids: list[int], sets: list[str], pythonpath: str | None = None) -> dict:
     cmd = [sys.executable, str(HERE / "produce_ceiling.py"), "--source", source, "--target",
            target, "--topic", topic, "--target-topic", target_topic]
     for s in sets:
         cmd += ["--set", s]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=_env(pythonpath))
     assert proc.stdout.readline().startswith(b"ready")
     mine, brokers = CpuWindow([proc.pid]), CpuWindow(broker_pids)
     mine.start()
@@ -221,7 +231,7 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
 
 def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int, int],
                buffer_memory: int, broker_pids: list[int], sets: list[str],
-               py_spy: str | None) -> dict:
+               py_spy: str | None, pythonpath: str | None = None) -> dict:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     cmd = [sys.executable, "-m", "shallowmirror.engine.run", "--source", source, "--target",
            target, "--topics", topic, "--prefix", prefix, "--log-level", "WARNING",
@@ -234,7 +244,8 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
     watcher = HighWatermarks(target, f"{prefix}.{topic}")
     if any(watcher.read().values()):
         raise RuntimeError(f"{prefix}.{topic} is not empty before the mirror starts")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    # cwd too: ``python -m`` puts the working directory ahead of PYTHONPATH.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=_env(pythonpath), cwd=pythonpath)
     assert proc.stdout.readline().startswith(b"engine ready")
     spy = None
     try:
@@ -279,6 +290,9 @@ def main() -> int:
                         help="clusters started here: tansu (default) or Apache Kafka "
                              "(default: $SHALLOWMIRROR_BROKER)")
     parser.add_argument("--kafka-home", help="Kafka distribution (default: $KAFKA_HOME)")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run produce-only and mirror with PYTHONPATH=DIR (an older "
+                             "tree), interleaved: before/after side by side")
     parser.add_argument("--value-bytes", type=int, default=200, help="record value size")
     parser.add_argument("--batch-bytes", default="1000000",
                         help="producer batch.size of the loaded topic; a comma list gives one "
@@ -297,7 +311,8 @@ def main() -> int:
           f"buffer.memory "
           f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
+    variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
+    print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
           f"{'m/min':>5} {'CPU s/GB':>8} {'brokers s/GB (src+tgt)':>22} {'RSS MB':>7}  (MB/s)")
     try:
         for codec, batch_bytes in ((c, int(b)) for c in args.codecs.split(",")
@@ -309,40 +324,46 @@ def main() -> int:
             load({"bootstrap.servers": source}, w)
             ends = _source_ends(source, topic, records)
             total_bytes, total_batches = _bytes_of(source, topic)
-            runs = []
-            for rep in range(args.repeat):
-                run = {"codec": codec, "records": records, "compressed_bytes": total_bytes,
+            runs: dict[str, list] = {name: [] for name, _ in variants}
+            for rep, (name, pythonpath) in ((r, v) for r in range(args.repeat)
+                                            for v in variants):
+                run = {"code": name, "pythonpath": pythonpath, "codec": codec, "records": records, "compressed_bytes": total_bytes,
                        "batch_bytes": batch_bytes, "value_bytes": args.value_bytes,
                        "batches": total_batches, "broker": flavor,
                        "buffer_memory": args.buffer_memory, "settings": args.set, "repeat": rep,
                        "codec_impl": codec_impl.IMPLEMENTATION,
                        "load_average": os.getloadavg()[0]}
-                if "fetch" in phases:
+                if "fetch" in phases and name == "new":
                     fo = fetch_only(source, topic, broker_pids)
                     run["fetch_only"] = fo
                     run["fetch_only_mb_s"] = fo["bytes"] / 1e6 / fo["wall_s"]
                 if "produce" in phases:
-                    ptopic = f"{topic}-p{rep}"
+                    ptopic = f"{topic}-p{rep}{name}"
                     create_topic({"bootstrap.servers": target}, Workload(topic=ptopic,
                                                                          partitions=8))
-                    po = produce_only(source, target, topic, ptopic, broker_pids, args.set)
+                    po = produce_only(source, target, topic, ptopic, broker_pids, args.set,
+                                      pythonpath)
                     run["produce_only"] = po
                     run["produce_only_mb_s"] = po["bytes"] / 1e6 / po["wall_s"]
                 if "mirror" in phases:
-                    prefix = f"m{rep}"
+                    prefix = f"m{rep}{name}"
                     create_topic({"bootstrap.servers": target},
                                  Workload(topic=f"{prefix}.{topic}", partitions=8))
-                    spy = (os.path.join(args.py_spy, f"{codec}-{rep}.txt")
+                    spy = (os.path.join(args.py_spy, f"{codec}-{batch_bytes}-{name}-{rep}.txt")
                            if args.py_spy else None)
                     mr = mirror_run(source, target, topic, prefix, ends, args.buffer_memory,
-                                    broker_pids, args.set, spy)
+                                    broker_pids, args.set, spy, pythonpath)
                     run["mirror"] = mr
                     run["mirror_mb_s"] = total_bytes / 1e6 / mr["wall_s"]
                     run["cpu_s_per_gb"] = mr["cpu_s"] / (total_bytes / 1e9)
-                runs.append(run)
+                runs[name].append(run)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(run) + "\n")
-            _print_row(codec, batch_bytes, total_bytes, total_batches, runs)
+            fetch_runs = runs["new"]
+            for name, _ in variants:
+                for r, fr in zip(runs[name], fetch_runs, strict=True):   # one fetch-only per rep
+                    r.setdefault("fetch_only_mb_s", fr.get("fetch_only_mb_s"))
+                _print_row(name, codec, batch_bytes, total_bytes, total_batches, runs[name])
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
@@ -360,7 +381,7 @@ def _med(runs: list[dict], *keys: str) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
-def _print_row(codec: str, batch_bytes: int, total_bytes: int, batches: int,
+def _print_row(name: str, codec: str, batch_bytes: int, total_bytes: int, batches: int,
                runs: list[dict]) -> None:
     gb = total_bytes / 1e9
     m, f, p = (_med(runs, k) for k in ("mirror_mb_s", "fetch_only_mb_s", "produce_only_mb_s"))
@@ -370,7 +391,7 @@ def _print_row(codec: str, batch_bytes: int, total_bytes: int, batches: int,
                 if len(r["mirror"]["broker_cpu_s"]) >= 2 else (float("nan"),) * 2
     bsrc, btgt = _med(runs, "_bsrc"), _med(runs, "_btgt")
     ceiling = min(x for x in (f, p) if x == x) if (f == f or p == p) else float("nan")
-    print(f"{codec:7} {batch_bytes:7} {total_bytes / 1e6:6.0f} {batches:7} {m:7.1f} {f:7.1f} {p:7.1f} {m / f:5.2f} "
+    print(f"{name:4} {codec:7} {batch_bytes:7} {total_bytes / 1e6:6.0f} {batches:7} {m:7.1f} {f:7.1f} {p:7.1f} {m / f:5.2f} "
           f"{m / ceiling:5.2f} {_med(runs, 'cpu_s_per_gb'):8.2f} {bsrc:10.2f} + {btgt:9.2f} "
           f"{_med(runs, 'mirror', 'peak_rss_bytes') / 1e6:7.0f}", flush=True)
 

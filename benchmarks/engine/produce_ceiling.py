@@ -79,6 +79,10 @@ class ProduceOnlyCore(EngineCore):
         if self.acked_batches == self.expected:
             self.all_acked.set()
 
+    def batches_acked(self, acked: list[tuple[FetchedBatch, int | None]]) -> None:
+        for batch, target_base in acked:
+            self.batch_acked(batch, target_base)
+
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
         self.failure = err
         self.all_acked.set()

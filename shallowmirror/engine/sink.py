@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -93,6 +94,8 @@ class Sink:
         self.node_id = node_id
         self.lane = lane
         self.partitions: dict[TTP, TargetPartitionQueue] = {}
+        #: The same partitions' queues, as the planner reads them (kept in step with the above).
+        self.queues: dict[TTP, deque[FetchedBatch]] = {}
         self.rotation: Rotation[TTP] = Rotation()
         self.wake = asyncio.Event()
         self.requests_in_flight = 0
@@ -112,6 +115,7 @@ class Sink:
         tq = self.partitions.get(ttp)
         if tq is None:
             tq = self.partitions[ttp] = TargetPartitionQueue()
+            self.queues[ttp] = tq.queue
             self.rotation.add(ttp)
         if batch.enqueue_no < 0:
             batch.enqueue_no = self.owner.next_enqueue_no()
@@ -126,6 +130,7 @@ class Sink:
             return []
         assert tq.in_flight == 0, "moving a partition with batches in flight"
         self.partitions.pop(ttp)
+        self.queues.pop(ttp)
         self.rotation.remove(ttp)
         return sorted(tq.failed, key=_order) + list(tq.queue)
 
@@ -160,9 +165,8 @@ class Sink:
                 await self.wake.wait()
                 continue
             plan: Plan = plan_request(
-                {k: tq.queue for k, tq in self.partitions.items()}, self.rotation.next_order(),
-                size_of=lambda b: b.size, topic_of=lambda k: k[0], can_send=self._can_send,
-                max_request_bytes=self.max_request_bytes)
+                self.queues, self.rotation.next_order(), size_of=_size_of, topic_of=_topic_of,
+                can_send=self._can_send, max_request_bytes=self.max_request_bytes)
             for ttp, batch in plan.too_large:
                 self.partitions[ttp].queue.popleft()
                 self.owner.batch_too_large(batch, self.max_request_bytes)
@@ -621,6 +625,10 @@ class Sinks:
         new = self._sink(leader, ttp)
         for batch in batches:
             new.enqueue(batch)
+
+
+_size_of = operator.attrgetter("size")
+_topic_of = operator.itemgetter(0)
 
 
 def _order(batch: FetchedBatch) -> int:

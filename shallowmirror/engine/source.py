@@ -244,10 +244,10 @@ class Source:
                                          abandon_pending=False)
                 return
             raise
+        add_batch = sp.offsets.add_batch          # asserts source_base >= the fetched end
         for batch in batches:
-            assert batch.source_base >= sp.fetch_position
-            batch.entry = sp.offsets.add_batch(batch.next_offset, batch.source_base,
-                                               batch.record_count, payload=batch)
+            batch.entry = add_batch(batch.next_offset, batch.source_base, batch.record_count,
+                                    payload=batch)
         sp.offsets.add_gap(end)
         self.owner.deliver_all(sp, batches)
         if fault is not None:
