@@ -45,6 +45,11 @@ from shallowmirror.mirror.policy import (
     make_policy,
     should_replicate_topic,
 )
+from shallowmirror.replication.heartbeats import (
+    HEARTBEAT_SETTINGS,
+    HeartbeatPair,
+    heartbeat_pairs,
+)
 from shallowmirror.settings import Setting, SettingsTable
 
 log = logging.getLogger(__name__)
@@ -136,6 +141,7 @@ MIRROR_SETTINGS = SettingsTable(
         Setting("metrics.file", "str", None,
                 "Append JSON-lines metrics events (flow and process records) to this file.",
                 scope="process"),
+        *HEARTBEAT_SETTINGS,
     ],
 )
 
@@ -143,13 +149,12 @@ MIRROR_SETTINGS = SettingsTable(
 #: about as unknown): mm2.properties files from MirrorMaker 2 keep working.
 MM2_IGNORED_KEYS = frozenset({
     "groups", "groups.exclude", "groups.blacklist", "group.filter.class",
-    "emit.heartbeats.enabled", "emit.heartbeats.interval.seconds",
     "emit.checkpoints.enabled", "emit.checkpoints.interval.seconds",
     "sync.group.offsets.enabled", "sync.group.offsets.interval.seconds",
     "refresh.groups.enabled", "refresh.groups.interval.seconds",
     "sync.topic.acls.enabled", "sync.topic.acls.interval.seconds",
     "offset-syncs.topic.location", "offset-syncs.topic.replication.factor",
-    "checkpoints.topic.replication.factor", "heartbeats.topic.replication.factor",
+    "checkpoints.topic.replication.factor",
     "offset.lag.max", "emit.offset-syncs.enabled", "admin.timeout.ms",
     "consumer.poll.timeout.ms", "replication.policy.internal.topic.separator.enabled",
     "dedicated.mode.enable.internal.rest",
@@ -341,6 +346,8 @@ class MirrorConfig:
     flows: list[FlowConfig]
     process: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    #: Heartbeat emitters (replication/heartbeats.py), among the clusters of enabled flows.
+    heartbeat_pairs: list[HeartbeatPair] = field(default_factory=list)
 
     def only_targets(self, targets: Iterable[str]) -> MirrorConfig:
         """Keep flows into these clusters (MM2's ``--clusters``)."""
@@ -350,7 +357,8 @@ class MirrorConfig:
             raise ConfigError([f"--clusters: unknown cluster alias {a!r} (clusters: "
                                f"{', '.join(self.clusters)})" for a in unknown])
         return MirrorConfig(self.clusters, [f for f in self.flows if f.target in wanted],
-                            self.process, self.warnings)
+                            self.process, self.warnings,
+                            [p for p in self.heartbeat_pairs if p.target in wanted])
 
 
 def _strip(props: Mapping[str, str], prefix: str) -> dict[str, str]:
@@ -598,6 +606,11 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                 "IdentityReplicationPolicy, which cannot detect cycles: give them disjoint "
                 "`topics` or records will loop between the clusters")
 
+    pairs, pair_problems = heartbeat_pairs(
+        [alias for f in flows for alias in (f.source, f.target)], top, per_flow,
+        lambda s, t: client_config(props, t, "producer", f"{s}->{t}"))
+    problems.extend(p for p in pair_problems if p not in problems)
+
     try:
         process = MIRROR_SETTINGS.resolve(
             {k: v for k, v in top.items() if k in MIRROR_SETTINGS
@@ -616,7 +629,7 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
     if ignored:
         log.info("MirrorMaker 2 keys accepted but not implemented by shallowmirror (ignored): "
                  "%s", ", ".join(sorted(ignored)))
-    return MirrorConfig(clusters, flows, process, warnings)
+    return MirrorConfig(clusters, flows, process, warnings, pairs)
 
 
 def load_mm2(path: str | Path, **kwargs: Any) -> MirrorConfig:

@@ -119,6 +119,8 @@ class FlowRunner:
         #: monotonic time the runners got their first partitions (None: still starting/joining).
         self.mirroring_since: float | None = None
         self._started_at = time.monotonic()
+        #: Reads the heartbeats this flow mirrors (emit.heartbeats.enabled), for the latency.
+        self.heartbeat_monitor: Any = None
 
     @property
     def name(self) -> str:
@@ -181,6 +183,18 @@ class FlowRunner:
                 timeout_s=self.admin_timeout_s)
 
         self.sync = await asyncio.to_thread(build)
+
+    def _maybe_watch_heartbeats(self) -> None:
+        """Measure end-to-end latency on the heartbeats this flow mirrors, when it emits them."""
+        s = self.flow.settings
+        if not (s.get("emit.heartbeats.enabled") and s["heartbeats.replication.enabled"]):
+            return
+        from shallowmirror.replication.heartbeats import HEARTBEATS_TOPIC, HeartbeatLatencyMonitor
+
+        self.heartbeat_monitor = HeartbeatLatencyMonitor(
+            self.name, self.flow.remote_topic(HEARTBEATS_TOPIC), self.flow.target_admin,
+            alias=self.flow.target)
+        self.heartbeat_monitor.start()
 
     def _address(self, alias: str) -> str:
         admin = self.flow.source_admin if alias == self.flow.source else self.flow.target_admin
@@ -287,6 +301,7 @@ class FlowRunner:
             return
         # Even with sync.topic.configs.enabled=false this enforces compression.type=producer.
         await asyncio.to_thread(self.sync.sync_configs)
+        self._maybe_watch_heartbeats()
         # A flow-local stop: a failing flow stops its own tasks without stopping the others.
         local = asyncio.Event()
         relay = asyncio.create_task(self._relay(stop, local))
@@ -304,6 +319,8 @@ class FlowRunner:
             _done, pending = await asyncio.wait(tasks, timeout=grace_s)
             relay.cancel()
             watcher.cancel()
+            if self.heartbeat_monitor is not None:
+                await asyncio.to_thread(self.heartbeat_monitor.stop)
             if pending:
                 self.unclean = True
                 log.error("flow %s: did not stop within task.shutdown.graceful.timeout.ms="
@@ -449,6 +466,8 @@ class FlowRunner:
                 merged.partitions[key] = p
         if self.sync is not None:
             merged.errors.extend(f"{t}: {e}" for t, e in sorted(self.sync.errors().items()))
+        if self.heartbeat_monitor is not None:
+            merged.heartbeat_latency_ms = self.heartbeat_monitor.latency.latency_ms
         return merged
 
     def nothing_to_mirror(self) -> str | None:

@@ -165,6 +165,19 @@ class MirrorProcess:
             self.exit_code = 1
             self.stop.set()
 
+    async def _start_heartbeats(self) -> list[asyncio.Task]:
+        """One emitter task per heartbeat pair (they stop with the process). Their topics are
+        created first (for at most 10 s), so that the flows' first topic listing sees them."""
+        from shallowmirror.replication.heartbeats import HeartbeatEmitter
+
+        emitters = [HeartbeatEmitter(pair) for pair in self.config.heartbeat_pairs]
+        if not emitters:
+            return []
+        log.info("heartbeats: emitting %s", ", ".join(
+            f"{p.name} to cluster {p.target}" for p in self.config.heartbeat_pairs))
+        await asyncio.wait([asyncio.create_task(e.prepare()) for e in emitters], timeout=10)
+        return [asyncio.create_task(e.run(self.stop)) for e in emitters]
+
     # -- main ------------------------------------------------------------------------------------
 
     async def run(self) -> int:
@@ -185,7 +198,7 @@ class MirrorProcess:
                                                     lambda: self.observer.latency_ms))
         log.info("shallowmirror: flows %s", ", ".join(
             f"{f.name} ({'shallow' if f.shallow else 'deep'})" for f in self.config.flows))
-        helpers = []
+        helpers = await self._start_heartbeats()
         if self.status_interval_s and self.status_interval_s > 0:
             helpers.append(asyncio.create_task(self._status_loop()))
         if self.options.exit_when_caught_up:

@@ -12,6 +12,10 @@ partition; Prometheus forbids ``-`` so it becomes ``_``):
                                                                   record timestamps)
     (none)                  shallowmirror_offset_lag              gauge, source HW - mirrored
     (none)                  shallowmirror_partition_stopped       gauge, 1 when stopped by error
+    (none)                  shallowmirror_heartbeat_latency_ms    gauge per flow (labels source,
+                                                                  target): heartbeat written on
+                                                                  the source -> read on the
+                                                                  target (emit.heartbeats.enabled)
 
 Values are read from the flows at scrape time; nothing is pushed.
 """
@@ -61,10 +65,15 @@ class MirrorCollector:
         stopped = GaugeMetricFamily("shallowmirror_partition_stopped",
                                     "1 when the partition is stopped by an error",
                                     labels=LABELS)
+        heartbeat = GaugeMetricFamily("shallowmirror_heartbeat_latency_ms",
+                                      "Latest end-to-end latency of a mirrored MM2 heartbeat",
+                                      labels=["source", "target"])
         now = time.monotonic()
         latencies = self.latency_ms()
         for snap in self.snapshots():
             source, _, target = snap.flow.partition("->")
+            if snap.heartbeat_latency_ms is not None:
+                heartbeat.add_metric([source, target], snap.heartbeat_latency_ms)
             for (topic, partition), p in snap.partitions.items():
                 labels = [source, target, topic, str(partition)]
                 records.add_metric(labels, p.records)
@@ -82,7 +91,7 @@ class MirrorCollector:
                 if p.lag is not None:
                     lag.add_metric(labels, p.lag)
                 stopped.add_metric(labels, 1 if p.error else 0)
-        yield from (records, nbytes, rate, latency, age, lag, stopped)
+        yield from (records, nbytes, rate, latency, age, lag, stopped, heartbeat)
 
 
 def start_endpoint(port: int, collector: MirrorCollector, addr: str = "0.0.0.0") -> Any:

@@ -44,6 +44,8 @@ class FlowStats:
     mode: str
     partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: Latest end-to-end latency measured on mirrored MM2 heartbeats (None: none seen yet).
+    heartbeat_latency_ms: float | None = None
 
     @property
     def records(self) -> int:

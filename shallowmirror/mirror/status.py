@@ -74,6 +74,8 @@ class StatusReporter:
                     f"lag {lag_text(snap.lag, snap.lag_unknown)}, "
                     f"{len(topics)} topics/{len(snap.partitions)} partitions, "
                     f"{snap.records:,} records mirrored")
+            if snap.heartbeat_latency_ms is not None:
+                line += f", heartbeat latency {snap.heartbeat_latency_ms:,.0f} ms"
             if state and state != "running":
                 line += f" [{state}]"
             if snap.errors:
