@@ -49,6 +49,7 @@ class MirrorEngine(EngineCore):
                          membership_factory=membership_factory)
         self.topic_mapper = topic_mapper
         self._mapped: dict[str, str] = {}
+        self.sources.route_all = self._by_topic_all
 
     def target_partition_of(self, tp: tuple[str, int]) -> tuple[str, int]:
         return (self.topic_mapper(tp[0]), tp[1])
@@ -59,3 +60,16 @@ class MirrorEngine(EngineCore):
         if target_topic is None:
             target_topic = self._mapped[batch.topic] = self.topic_mapper(batch.topic)
         self.sinks.forward(batch, target_topic, batch.partition)     # what route() does
+
+    def _by_topic_all(self, batches: list[FetchedBatch]) -> None:
+        """``_by_topic`` for one source partition's batches at once (one routing decision)."""
+        topic = batches[0].topic
+        target_topic = self._mapped.get(topic)
+        if target_topic is None:
+            target_topic = self._mapped[topic] = self.topic_mapper(topic)
+        forward_all = getattr(self.sinks, "forward_all", None)
+        if forward_all is not None:
+            forward_all(batches, target_topic, batches[0].partition)
+            return
+        for batch in batches:
+            self.sinks.forward(batch, target_topic, batch.partition)

@@ -122,6 +122,20 @@ class Sink:
         tq.queue.append(batch)
         self.wake.set()
 
+    def enqueue_all(self, batches: list[FetchedBatch], ttp: TTP) -> None:
+        """``enqueue`` each of ``batches`` (all for ``ttp``, in order)."""
+        tq = self.partitions.get(ttp)
+        if tq is None:
+            for batch in batches:
+                self.enqueue(batch, ttp)
+            return
+        owner = self.owner
+        for batch in batches:
+            if batch.enqueue_no < 0:
+                batch.enqueue_no = owner.next_enqueue_no()
+        tq.queue.extend(batches)
+        self.wake.set()
+
     def take_partition(self, ttp: TTP) -> list[FetchedBatch]:
         """Remove a partition (leader moved): its queued and failed batches, in order. Only
         once nothing of it is in flight."""
@@ -477,6 +491,22 @@ class Sinks:
                 where=Where(cluster=self.alias, topic=target_topic, partition=target_partition))
             return
         self._sink(leader, ttp).enqueue(batch, ttp)
+
+    def forward_all(self, batches: list[FetchedBatch], target_topic: str,
+                    target_partition: int) -> None:
+        """``forward`` each of ``batches`` (in order) to one target partition: the checks and
+        the leader lookup once, then one queue extension."""
+        assert self.cluster is not None
+        ttp = (target_topic, target_partition)
+        leader = self.cluster.leader(target_topic, target_partition)
+        if (leader is None or target_topic not in self._message_limits
+                or (self._awaiting_leader and ttp in self._awaiting_leader)):
+            for batch in batches:         # first sight of the topic, or no leader: one by one
+                self.forward(batch, target_topic, target_partition)
+            return
+        for batch in batches:
+            batch.target_topic, batch.target_partition = target_topic, target_partition
+        self._sink(leader, ttp).enqueue_all(batches, ttp)
 
     def _sink(self, node_id: int, ttp: TTP) -> Sink:
         """The sink of ``ttp`` on broker ``node_id``: the lane it was given when first seen

@@ -374,6 +374,8 @@ class Sources:
         #: The partitions the engine owns (the core adds and removes them; read here).
         self.partitions = partitions
         self.route = route
+        #: Optional: routes one source partition's batches (in order) to one place at once.
+        self.route_all: Callable[[list[FetchedBatch]], None] | None = None
         self.alias = alias
         self.cluster: Cluster | None = None
         self.by_node: dict[int, Source] = {}
@@ -421,7 +423,13 @@ class Sources:
             await self.cluster.refresh_metadata(sorted({tp[0] for tp in self.partitions}))
 
     def deliver_all(self, sp: SourcePartition, batches: list[FetchedBatch]) -> None:
-        """Route each of ``batches`` (one partition's, in order)."""
+        """Route each of ``batches`` (one partition's, in order): at once through ``route_all``
+        when the router routes a partition's batches alike, else one by one."""
+        if not batches:
+            return
+        if self.route_all is not None:
+            self.route_all(batches)
+            return
         route = self.route
         for batch in batches:
             route(batch)
