@@ -448,6 +448,8 @@ class PartitionTransaction:
                     self._check_failed(sent)
                     continue
                 batch = self._take()
+                if batch is None and sent and _caught_up(sent[-1][0]):
+                    break       # nothing more to mirror now: commit instead of waiting
                 if batch is None:
                     self.wake.clear()
                     with contextlib.suppress(asyncio.TimeoutError):
@@ -512,6 +514,13 @@ class PartitionTransaction:
         self.closed = True
         self.queue.clear()
         self.owner.events.partition_failed(self.tp, err)
+
+
+def _caught_up(batch: FetchedBatch) -> bool:
+    """``batch`` ended at the source's high watermark (last stable offset) when fetched: a
+    transaction ending with it closes at once rather than waiting for transaction.interval.ms
+    (under load more batches are always queued, so this only shortens an idle tail)."""
+    return 0 <= batch.high_watermark <= batch.next_offset
 
 
 def _offset_fetch_error(resp: Any) -> int:

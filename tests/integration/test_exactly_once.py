@@ -204,13 +204,18 @@ def test_a_paused_instance_is_fenced_after_another_took_over_and_writes_nothing(
                  "the first instance to move batches", zombie)
         os.kill(zombie.process.pid, signal.SIGSTOP)
         successor = Background("mirror", str(config), log_path=tmp_path / "successor.log")
-        wait_for(lambda: _committed_count(target_cluster, remote) == 30000, 120,
+        # The takeover: the second instance initialized the three transactional ids (fencing
+        # the paused one) and everything is committed, by whichever of them.
+        wait_for(lambda: successor.log().count(" is producer ") >= 3
+                 and _committed_count(target_cluster, remote) == 30000, 120,
                  "the second instance to take over and catch up", successor)
         os.kill(zombie.process.pid, signal.SIGCONT)
-        wait_for(lambda: zombie.log().count("took source partition") >= 3, 60,
-                 "the resumed instance to find all its partitions fenced", zombie)
+        # New records: whatever the zombie had in flight when paused, it now has work on every
+        # partition, and every write of it is fenced.
         load(source_cluster, Workload(topic, records=3000, partitions=3, codec="lz4",
                                       value_bytes=200, create_topic=False, seed=7))
+        wait_for(lambda: zombie.log().count("took source partition") >= 3, 60,
+                 "the resumed instance to find all its partitions fenced", zombie)
         wait_for(lambda: _committed_count(target_cluster, remote) == 33000, 120,
                  "the second instance to mirror what came after", successor)
         assert successor.terminate() == 0, successor.log()[-3000:]
