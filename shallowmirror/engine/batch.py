@@ -32,7 +32,7 @@ class FetchedBatch:
         "topic", "partition", "view", "lease", "entry", "fetched_at", "record_count", "size",
         "compression", "source_base", "next_offset", "rebuilt", "target_topic",
         "target_partition", "stamp", "header", "rest", "attempts", "done", "abandoned",
-        "_callbacks", "_future", "high_watermark", "enqueue_no",
+        "_callbacks", "_future", "high_watermark", "enqueue_no", "record_offsets",
     )
 
     def __init__(self, topic: str, partition: int, view: Any, *, lease: FrameLease | None,
@@ -58,6 +58,9 @@ class FetchedBatch:
         self.rest: memoryview | None = None
         self.attempts = 0
         self.enqueue_no = -1             # order of first enqueue: resend order
+        #: Source offset of every record when the batch was re-packed (compacted: its records
+        #: are renumbered densely on the target), else None. Exact offset translation needs it.
+        self.record_offsets: tuple[int, ...] | None = None
         self.done = False
         self.abandoned = False
         self._callbacks: list[Callable[[FetchedBatch, int | None, BaseException | None], None]] = []

@@ -270,7 +270,8 @@ class EngineCore:
             assert batch.target_topic is not None and batch.target_partition is not None
             self.hooks.batch_acknowledged(BatchAck(
                 batch.topic, batch.partition, batch.source_base, batch.next_offset,
-                batch.record_count, batch.target_topic, batch.target_partition, target_base))
+                batch.record_count, batch.target_topic, batch.target_partition, target_base,
+                batch.record_offsets))
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size

@@ -47,12 +47,17 @@ class BatchAck:
     target_topic: str
     target_partition: int
     target_base: int | None
+    #: Source offset of each record when the batch was re-packed (a compacted batch with offset
+    #: gaps, renumbered densely on the target: record i is at target_base + i), else None.
+    record_offsets: tuple[int, ...] | None = None
 
     @property
     def target_next(self) -> int | None:
         """The target offset after the batch (None when ``target_base`` is unknown)."""
         if self.target_base is None:
             return None
+        if self.record_offsets is not None:
+            return self.target_base + len(self.record_offsets)
         return self.target_base + self.source_next - self.source_base
 
 

@@ -295,14 +295,20 @@ class Source:
                             if needs_trim else bytes(view.buffer))
                 except ValueError:
                     continue        # compaction left no record at or past the position: a gap
+                record_offsets = None
                 if view.record_count != view.last_offset_delta + 1 or needs_repack:
                     sub = codec.split_batches(data, verify_crc=False)
                     if sub.batches and (sub.batches[0].record_count
                                         != sub.batches[0].last_offset_delta + 1):
+                        record_offsets = tuple(
+                            r.offset for r in deep.decode_records(sub.batches[0],
+                                                                  limit=self.deep_limit))
                         data = deep.repack_batch(sub.batches[0], limit=self.deep_limit)
-                out.extend(self._rebuilt(sp, data, position,
-                                         "trim" if needs_trim else "repack", hw,
-                                         next_offset=view.next_offset))
+                rebuilt = self._rebuilt(sp, data, position, "trim" if needs_trim else "repack",
+                                        hw, next_offset=view.next_offset)
+                if record_offsets is not None and len(rebuilt) == 1:
+                    rebuilt[0].record_offsets = record_offsets
+                out.extend(rebuilt)
                 continue
             lease.hold()
             out.append(FetchedBatch(sp.topic, sp.partition, view, lease=lease,
