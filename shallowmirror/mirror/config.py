@@ -50,6 +50,7 @@ from shallowmirror.replication.heartbeats import (
     HeartbeatPair,
     heartbeat_pairs,
 )
+from shallowmirror.replication.settings import OFFSET_SETTINGS
 from shallowmirror.settings import Setting, SettingsTable
 
 log = logging.getLogger(__name__)
@@ -142,21 +143,18 @@ MIRROR_SETTINGS = SettingsTable(
                 "Append JSON-lines metrics events (flow and process records) to this file.",
                 scope="process"),
         *HEARTBEAT_SETTINGS,
+        *OFFSET_SETTINGS,
     ],
 )
 
 #: Keys MM2 knows that shallowmirror accepts without acting on them (logged once, not warned
 #: about as unknown): mm2.properties files from MirrorMaker 2 keep working.
 MM2_IGNORED_KEYS = frozenset({
-    "groups", "groups.exclude", "groups.blacklist", "group.filter.class",
-    "emit.checkpoints.enabled", "emit.checkpoints.interval.seconds",
+    "group.filter.class",
     "sync.group.offsets.enabled", "sync.group.offsets.interval.seconds",
-    "refresh.groups.enabled", "refresh.groups.interval.seconds",
     "sync.topic.acls.enabled", "sync.topic.acls.interval.seconds",
-    "offset-syncs.topic.location", "offset-syncs.topic.replication.factor",
-    "checkpoints.topic.replication.factor",
-    "offset.lag.max", "emit.offset-syncs.enabled", "admin.timeout.ms",
-    "consumer.poll.timeout.ms", "replication.policy.internal.topic.separator.enabled",
+    "offset.lag.max", "admin.timeout.ms",
+    "consumer.poll.timeout.ms",
     "dedicated.mode.enable.internal.rest",
     "topic.filter.class", "config.property.filter.class", "use.defaults.from",
     "key.converter", "value.converter", "header.converter", "name", "connector.class",
@@ -165,7 +163,7 @@ MM2_IGNORED_KEYS = frozenset({
 #: Connect worker settings MM2 accepts at top level; meaningless here.
 MM2_IGNORED_PREFIXES = ("offset.storage.", "config.storage.", "status.storage.", "task.",
                         "worker.", "key.converter.", "value.converter.", "header.converter.",
-                        "config.providers.", "replication.policy.internal")
+                        "config.providers.")
 
 #: Top-level keys that configure every client of every cluster (MM2's CLIENT_CONFIG_DEF).
 CLIENT_KEY_PREFIXES = ("bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.id",
