@@ -150,6 +150,26 @@ class PartitionSyncs:
         return result
 
 
+    def translate_back(self, position: int) -> int | None:
+        """The source position for a consumer at target ``position`` (failback: a group that
+        moved to the target returns to the source). The same rule mirrored: the source offset
+        of the first mirrored record at or after ``position``; past the end, the end's
+        upstream offset. None when nothing is known."""
+        if not self._ups:
+            return None
+        index = bisect.bisect_right(self._downs, position) - 1
+        if index < 0:
+            result = self._ups[0]
+        else:
+            result = self._ups[index] + (position - self._downs[index])
+            if index + 1 < len(self._ups):
+                result = min(result, self._ups[index + 1])
+        if self.end is not None:
+            result = self.end.upstream if position >= self.end.downstream \
+                else min(result, self.end.upstream)
+        return result
+
+
 class SyncTable:
     """``PartitionSyncs`` per source topic-partition."""
 
@@ -166,3 +186,8 @@ class SyncTable:
                   target_end: int | None = None) -> int | None:
         syncs = self.partitions.get((topic, partition))
         return None if syncs is None else syncs.translate(position, target_end=target_end)
+
+    def translate_back(self, topic: str, partition: int, position: int) -> int | None:
+        """Target position -> source position of source ``topic``/``partition``'s map."""
+        syncs = self.partitions.get((topic, partition))
+        return None if syncs is None else syncs.translate_back(position)

@@ -1,0 +1,120 @@
+"""MM2's internal topics on a cluster: create them (one partition, compacted, as MM2 creates
+them), read one from the beginning to its end, write records to it.
+
+Reading stops at the end the broker reports in the Fetch response (librdkafka's partition EOF),
+not at ListOffsets "latest" (tansu answers that inside the last batch). Everything here blocks:
+callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.mirror.clients import admin_client, build_client
+
+log = logging.getLogger(__name__)
+
+#: Internal topics are small and must keep every distinct key: compacted, one partition (MM2).
+INTERNAL_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+
+
+class InternalTopicError(ShallowMirrorError):
+    """An internal topic could not be created, read or written."""
+
+
+def _client_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Connection/security keys of a client config (the role-specific ones are dropped)."""
+    keep = ("bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.dns.lookup",
+            "socket.", "reconnect.", "request.timeout.ms", "retry.backoff.ms",
+            "connections.max.idle.ms", "metadata.max.age.ms")
+    return {k: v for k, v in config.items() if k.startswith(keep)}
+
+
+def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
+                 replication_factor: int = -1, timeout_s: float = 30.0) -> bool:
+    """Create ``topic`` (one partition, compacted) unless it exists; True if created."""
+    admin = admin_client(_client_keys(config), what=f"cluster {alias} admin")
+    listed = admin.list_topics(timeout=timeout_s)
+    if topic in listed.topics and not listed.topics[topic].error:
+        return False
+    new = NewTopic(topic, num_partitions=1, replication_factor=replication_factor,
+                   config=dict(INTERNAL_TOPIC_CONFIG))
+    try:
+        admin.create_topics([new], request_timeout=timeout_s)[topic].result(timeout=timeout_s)
+    except KafkaException as err:
+        if err.args and getattr(err.args[0], "code", lambda: None)() \
+                == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise InternalTopicError(f"cluster {alias}: cannot create topic {topic}: {err}") from err
+    log.info("cluster %s: created %s (compacted, 1 partition)", alias, topic)
+    return True
+
+
+def read_topic(config: Mapping[str, Any], topic: str, *, alias: str,
+               timeout_s: float = 30.0) -> list[tuple[bytes | None, bytes | None]]:
+    """Every (key, value) of partition 0 of ``topic`` in log order; [] if it does not exist."""
+    conf = {**_client_keys(config), "group.id": "shallowmirror-internal-reader",
+            "enable.auto.commit": False, "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}
+    consumer = build_client(Consumer, conf, what=f"cluster {alias} reader of {topic}")
+    try:
+        listed = consumer.list_topics(topic, timeout=timeout_s)
+        meta = listed.topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return []
+        consumer.assign([TopicPartition(topic, 0, -2)])       # OFFSET_BEGINNING
+        records: list[tuple[bytes | None, bytes | None]] = []
+        idle = 0.0
+        while True:
+            message = consumer.poll(0.5)
+            if message is None:
+                idle += 0.5
+                if idle >= timeout_s:
+                    raise InternalTopicError(f"cluster {alias}: reading {topic} got no end of "
+                                             f"partition within {timeout_s:.0f}s")
+                continue
+            idle = 0.0
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return records
+                raise InternalTopicError(f"cluster {alias}: reading {topic}: {error}")
+            records.append((message.key(), message.value()))
+    finally:
+        consumer.close()
+
+
+class TopicWriter:
+    """An idempotent producer for one internal topic (records stay in order)."""
+
+    def __init__(self, config: Mapping[str, Any], topic: str, *, alias: str) -> None:
+        self.topic, self.alias = topic, alias
+        self.failed: str | None = None
+        conf = {**_client_keys(config), "enable.idempotence": True, "acks": "all",
+                "linger.ms": 5, "compression.type": "none"}
+        self._producer = build_client(Producer, conf, what=f"cluster {alias} writer of {topic}")
+
+    def _delivered(self, err, _message) -> None:
+        if err is not None and self.failed is None:
+            self.failed = f"cluster {self.alias}: writing {self.topic} failed: {err}"
+            log.error("%s", self.failed)
+
+    def write(self, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(self.topic, value=value, key=key, partition=0,
+                                       on_delivery=self._delivered)
+                break
+            except BufferError:
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait for every record written so far; returns how many are still undelivered."""
+        return self._producer.flush(timeout_s)
