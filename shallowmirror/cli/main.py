@@ -15,7 +15,7 @@ from shallowmirror import __version__
 from shallowmirror.cli.formatting import HelpFormatter, add_log_level, epilog
 
 #: Modules under shallowmirror.cli, in the order --help shows them.
-SUBCOMMANDS = ["mirror", "legacy", "verify", "load", "bench", "report", "brokers", "info"]
+SUBCOMMANDS = ["mirror", "legacy", "verify", "offsets", "load", "bench", "report", "brokers", "info"]
 
 
 def build_parser() -> argparse.ArgumentParser:

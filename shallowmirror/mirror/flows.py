@@ -121,6 +121,9 @@ class FlowRunner:
         self._started_at = time.monotonic()
         #: Reads the heartbeats this flow mirrors (emit.heartbeats.enabled), for the latency.
         self.heartbeat_monitor: Any = None
+        #: Offset syncs and checkpoints (replication/): None when disabled or not started.
+        self.offset_syncs: Any = None
+        self.checkpoints: Any = None
 
     @property
     def name(self) -> str:
@@ -152,6 +155,8 @@ class FlowRunner:
             hooks = getattr(engine, "hooks", None)  # scripted test runners have none
             if hooks is not None:
                 hooks.partitions_assigned.add(self._note_assigned)
+                if self.offset_syncs is not None:
+                    hooks.batch_acknowledged.add(self.offset_syncs.on_batch_ack)
             return engine
         from shallowmirror.mirror.deep import DeepFlowRunner
 
@@ -305,9 +310,11 @@ class FlowRunner:
         # A flow-local stop: a failing flow stops its own tasks without stopping the others.
         local = asyncio.Event()
         relay = asyncio.create_task(self._relay(stop, local))
+        offset_tasks = await self._start_offset_features(local)
         self.runners = [self._make_runner(i) for i in range(self.flow.settings["tasks.max"])]
         tasks = [asyncio.create_task(self._supervise(r, local)) for r in self.runners]
         tasks.append(asyncio.create_task(self._housekeeping(local)))
+        tasks.extend(offset_tasks)
         self.state = "running"
         watcher = asyncio.create_task(self._watch_start(local))
         try:
@@ -335,6 +342,14 @@ class FlowRunner:
                 self.state = "failed"
                 raise task.exception()
         self.state = "stopped"
+
+    async def _start_offset_features(self, stop: asyncio.Event) -> list[asyncio.Task]:
+        """Offset syncs (fed by the engines' acknowledged batches) and checkpoints."""
+        from shallowmirror.replication.features import start_offset_features
+
+        self.offset_syncs, self.checkpoints, tasks = await start_offset_features(
+            self.flow, stop, timeout_s=self.admin_timeout_s)
+        return tasks
 
     def _owned_partitions(self) -> int:
         owned = 0

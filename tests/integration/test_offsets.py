@@ -1,0 +1,248 @@
+"""Offset syncs, exact translation, checkpoints and failover/failback against real brokers.
+
+Truth: the mirrored records themselves. The source read as the mirror reads it and the target
+read back, zipped in order, give every (source offset, target offset) pair; a consumer position
+p on the source must translate to the target offset of the first mirrored record at or after p
+(past the last one: the target's end). Anything else re-reads or skips records.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from engine_support import raw_batches
+from test_mirror_cli import Background, mm2_properties, run_cli, run_until_caught_up, wait_for
+
+from shallowmirror.mirror.config import load_mm2
+from shallowmirror.replication.checkpoints import checkpoints_topic, read_checkpoints
+from shallowmirror.replication.groups import CommittedOffset, Groups
+from shallowmirror.replication.internal_topics import read_topic as read_internal
+from shallowmirror.replication.translate import (
+    load_flow_syncs,
+    offset_syncs_topic,
+    translate_offsets,
+)
+from shallowmirror.testing.topics import read_topic
+from shallowmirror.testing.workload import Workload, load
+
+pytestmark = pytest.mark.integration
+
+MIRROR = {"A->B.enabled": "true", "isolation.level": "read_committed",
+          "emit.checkpoints.interval.seconds": "1", "refresh.groups.interval.seconds": "1"}
+
+
+def mirrored_pairs(source, topic: str, target, remote: str) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, (source offset, target offset) of every mirrored record, checked equal."""
+    src = read_topic(source, topic, isolation_level="read_committed")
+    dst = read_topic(target, remote, isolation_level="read_uncommitted")
+    pairs = {}
+    for partition, records in src.items():
+        copies = dst.get(partition, [])
+        assert len(copies) == len(records), f"partition {partition}: mirror incomplete"
+        for a, b in zip(records, copies, strict=True):
+            assert (a.key, a.value) == (b.key, b.value), (partition, a.offset, b.offset)
+        pairs[partition] = [(a.offset, b.offset) for a, b in zip(records, copies, strict=True)]
+    return pairs
+
+
+def expected_position(pairs: list[tuple[int, int]], position: int) -> int:
+    """Target position of source ``position``: the first mirrored record at or after it."""
+    for source_offset, target_offset in pairs:
+        if source_offset >= position:
+            return target_offset
+    return pairs[-1][1] + 1
+
+
+def assert_exact_for_every_offset(table, topic: str, pairs, source_ends: dict[int, int]) -> int:
+    checked = 0
+    for partition, mirrored in pairs.items():
+        for position in range(0, source_ends[partition] + 3):
+            got = table.translate(topic, partition, position)
+            assert got == expected_position(mirrored, position), (partition, position)
+            checked += 1
+    return checked
+
+
+def source_ends(source, topic: str) -> dict[int, int]:
+    ends: dict[int, int] = {}
+    for partition, batches in raw_batches(source, topic).items():
+        last = batches[-1]
+        ends[partition] = last.base_offset + max(last.record_count, 1)
+    return ends
+
+
+def offset_syncs_bytes(flow) -> tuple[int, int]:
+    """(records, key + value bytes) in the flow's offset-syncs topic."""
+    records = read_internal(flow.source_admin, offset_syncs_topic(flow), alias=flow.source)
+    return len(records), sum(len(k or b"") + len(v or b"") for k, v in records)
+
+
+def test_translation_is_exact_for_every_offset_and_survives_a_restart(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    """100k records with transactions (control batches; aborted ones on Kafka, where the Fetch
+    response reports them) in two loads with a mirror restart between them."""
+    topic = unique_topic("txn")
+    workload = dict(partitions=2, value_bytes=50, keys=0, headers=0, transactional=True,
+                    transaction_records=700, abort_every=4, linger_ms=5)
+    load(source_cluster, Workload(topic, records=60_000, **workload))
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=topic)
+    run_until_caught_up("mirror", str(props))
+    flow = load_mm2(props).flows[0]
+    remote = flow.remote_topic(topic)
+    pairs = mirrored_pairs(source_cluster, topic, target_cluster, remote)
+    assert assert_exact_for_every_offset(load_flow_syncs(flow), topic, pairs,
+                                         source_ends(source_cluster, topic)) > 60_000
+
+    # A restart: the new process knows nothing but the offset-syncs topic.
+    load(source_cluster, Workload(topic, records=40_000, seed=1, create_topic=False,
+                                  **workload))
+    run_until_caught_up("mirror", str(props))
+    pairs = mirrored_pairs(source_cluster, topic, target_cluster, remote)
+    assert sum(len(p) for p in pairs.values()) >= 100_000 * 3 // 4 - 100
+    table = load_flow_syncs(flow)
+    assert assert_exact_for_every_offset(table, topic, pairs,
+                                         source_ends(source_cluster, topic)) > 100_000
+    records, size = offset_syncs_bytes(flow)
+    batches = sum(len(b) for b in raw_batches(source_cluster, topic).values())
+    print(f"offset syncs: {records} records, {size} bytes of keys and values for {batches} "
+          f"source batches ({size * 1_000_000 // max(batches, 1):,} bytes per million batches)")
+
+
+# -- checkpoints, MM2's RemoteClusterUtils, failover and failback ---------------------------------
+
+JAVA_TRANSLATE = """
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.connect.mirror.RemoteClusterUtils;
+
+public class Translate {
+    public static void main(String[] args) throws Exception {
+        Map<String, Object> props = new HashMap<>();
+        props.put("bootstrap.servers", args[0]);
+        Map<TopicPartition, OffsetAndMetadata> offsets =
+            RemoteClusterUtils.translateOffsets(props, args[1], args[2], Duration.ofSeconds(60));
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+            System.out.println(e.getKey().topic() + " " + e.getKey().partition() + " "
+                + e.getValue().offset());
+        }
+    }
+}
+"""
+
+
+def java_translate_offsets(tmp_path: Path, bootstrap: str, source_alias: str,
+                           group: str) -> dict[tuple[str, int], int]:
+    """MM2's own ``RemoteClusterUtils.translateOffsets`` (connect-mirror-client 3.7), compiled
+    and run here: what MM2's tools read from our checkpoints."""
+    libs = Path(os.environ.get("KAFKA_HOME", "/work/shared/kafka")) / "libs"
+    jars = [*libs.glob("connect-mirror-client-*.jar"), *libs.glob("kafka-clients-*.jar"),
+            *libs.glob("slf4j-api-*.jar")]
+    if shutil.which("javac") is None or len(jars) < 3:
+        pytest.skip("needs javac/java and $KAFKA_HOME/libs with connect-mirror-client")
+    classpath = os.pathsep.join(str(j) for j in jars)
+    (tmp_path / "Translate.java").write_text(JAVA_TRANSLATE)
+    subprocess.run(["javac", "-cp", classpath, "-d", str(tmp_path),
+                    str(tmp_path / "Translate.java")], check=True, capture_output=True)
+    # Run with every jar of the distribution, as MM2's own scripts do (kafka-clients needs
+    # opentelemetry's and the codecs' jars at run time).
+    done = subprocess.run(["java", "-cp", f"{libs / '*'}{os.pathsep}{tmp_path}", "Translate",
+                           bootstrap, source_alias, group], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = {}
+    for line in done.stdout.split("\n"):
+        if line.strip():
+            topic, partition, offset = line.split()
+            out[(topic, int(partition))] = int(offset)
+    return out
+
+
+def records_from(cluster, topic: str, positions: dict[int, int], isolation: str
+                 ) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """What a consumer starting at ``positions`` reads, per partition."""
+    found = read_topic(cluster, topic, isolation_level=isolation)
+    return {p: [(r.key, r.value) for r in records if r.offset >= positions[p]]
+            for p, records in found.items()}
+
+
+def test_checkpoints_failover_and_failback_reread_and_skip_nothing(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    topic = unique_topic("orders")
+    load(source_cluster, Workload(topic, records=9_000, partitions=3, value_bytes=60, keys=0,
+                                  headers=0, transactional=True, transaction_records=250,
+                                  abort_every=3, linger_ms=5))
+    batches = raw_batches(source_cluster, topic)
+    controls = {p: [b.base_offset for b in bs if b.is_control] for p, bs in batches.items()}
+    # Group "billing" stopped at: a control batch's offset (a gap), a record mid-topic, and the
+    # very start.
+    stopped = {0: controls[0][len(controls[0]) // 2], 1: 2_345, 2: 0}
+    billing = f"billing-{uuid.uuid4().hex[:8]}"
+    Groups(source_cluster.client_config(), alias="A").commit(
+        billing, [CommittedOffset(topic, p, o, f"meta-{p}") for p, o in stopped.items()])
+
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=topic, groups=billing)
+    flow = load_mm2(props).flows[0]
+    remote = flow.remote_topic(topic)
+    mirror = Background("mirror", str(props), log_path=tmp_path / "mirror.log")
+    try:
+        def checkpointed() -> dict[tuple[str, int], int]:
+            try:
+                found = read_checkpoints(flow.target_admin, checkpoints_topic(flow), alias="B",
+                                         group=billing, timeout_s=10)
+            except Exception:  # noqa: BLE001 - not created yet
+                return {}
+            return {k: c.downstream_offset for k, c in found.items()}
+
+        def mirrored() -> dict[int, list[tuple[int, int]]] | None:
+            try:
+                return mirrored_pairs(source_cluster, topic, target_cluster, remote)
+            except Exception:  # noqa: BLE001 - still mirroring
+                return None
+
+        wait_for(lambda: mirrored() is not None, 120, "the mirror to copy the topic", mirror)
+        pairs = mirrored()
+        truth = {(remote, p): expected_position(pairs[p], o) for p, o in stopped.items()}
+        wait_for(lambda: checkpointed() == truth, 60, f"checkpoints {truth}", mirror)
+        assert {(t.to_topic, t.partition): t.downstream
+                for t in translate_offsets(flow, billing)} == truth
+    finally:
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+
+    # MM2's own reader returns exactly our offsets.
+    assert java_translate_offsets(tmp_path, target_cluster.bootstrap, "A", billing) == truth
+
+    dry = run_cli("offsets", "failover", str(props), "--group", billing, "--to", "B")
+    assert dry.returncode == 0 and "dry run" in dry.stdout, dry.stderr
+    assert Groups(flow.target_admin, alias="B").committed(billing) == []
+    done = run_cli("offsets", "failover", str(props), "--group", billing, "--to", "B",
+                   "--execute")
+    assert done.returncode == 0, done.stderr
+    on_b = {c.partition: c.offset for c in Groups(flow.target_admin, alias="B")
+            .committed(billing)}
+    assert {(remote, p): o for p, o in on_b.items()} == truth
+    # Resumed on B, the group reads exactly what it had left to read on A: 0 re-read, 0 skipped.
+    assert records_from(target_cluster, remote, on_b, "read_uncommitted") == \
+        records_from(source_cluster, topic, stopped, "read_committed")
+
+    # It consumes on B for a while, stops, and goes back to A where it stopped on B.
+    moved = {p: min(o + 1_001, pairs[p][-1][1] + 1) for p, o in on_b.items()}
+    moved[2] = pairs[2][-1][1] + 1                     # partition 2 read to the end
+    Groups(flow.target_admin, alias="B").commit(
+        billing, [CommittedOffset(remote, p, o, "") for p, o in moved.items()])
+    back = run_cli("offsets", "failback", str(props), "--group", billing, "--to", "A",
+                   "--execute")
+    assert back.returncode == 0, back.stderr
+    on_a = {c.partition: c.offset for c in Groups(source_cluster.client_config(), alias="A")
+            .committed(billing)}
+    assert records_from(source_cluster, topic, on_a, "read_committed") == \
+        records_from(target_cluster, remote, moved, "read_uncommitted")
