@@ -171,6 +171,6 @@ def test_log_level_after_the_subcommand_and_bad_levels(tmp_path):
         assert ("argument --log-level: invalid level 'LOUD' (choose from DEBUG, INFO, WARNING, "
                 "ERROR)") in result.stderr
     # The level given after the subcommand is the one used: INFO lines disappear at ERROR.
-    noisy = mm2(tmp_path, *GOOD, "groups = .*", name="noisy.properties")
+    noisy = mm2(tmp_path, *GOOD, "sync.topic.acls.enabled = false", name="noisy.properties")
     assert "MirrorMaker 2 keys accepted" in run_cli("mirror", noisy, "--check").stderr
     assert run_cli("mirror", noisy, "--check", "--log-level", "ERROR").stderr == ""
