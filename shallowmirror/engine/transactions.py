@@ -24,9 +24,12 @@ One transaction of one source partition (``PartitionTransaction.run``)::
       |  AddPartitionsToTxn(target partition)      before the first batch for it
       |  Produce(batch) x n  (<= 5 in flight, stamped: producer id/epoch, sequence,
       |                       transactional bit, CRC recomputed)
-      |  ... until transaction.max.bytes or transaction.interval.ms
+      |  ... until transaction.max.bytes or transaction.interval.ms, or nothing is queued
+      |      and either the last batch reached the source's high watermark or uncommitted
+      |      batches hold so much of buffer.memory that fetching waits for a commit
       |  AddOffsetsToTxn(group.id)
-      |  TxnOffsetCommit(group.id: source partition -> next source offset)
+      |  TxnOffsetCommit(group.id: the TARGET topic-partition -> next SOURCE offset; the
+      |                  broker refuses offsets for topics it does not have)
       v  EndTxn(commit)  -> the batches count as acknowledged (offsets, hooks, metrics)
 
 Errors: a retriable coordinator answer (CONCURRENT_TRANSACTIONS, a coordinator loading or moved)
@@ -448,8 +451,9 @@ class PartitionTransaction:
                     self._check_failed(sent)
                     continue
                 batch = self._take()
-                if batch is None and sent and _caught_up(sent[-1][0]):
-                    break       # nothing more to mirror now: commit instead of waiting
+                if batch is None and sent and (_caught_up(sent[-1][0])
+                                               or self._fetching_starved()):
+                    break       # nothing more will come now: commit instead of waiting
                 if batch is None:
                     self.wake.clear()
                     with contextlib.suppress(asyncio.TimeoutError):
@@ -483,6 +487,12 @@ class PartitionTransaction:
             raise
         finally:
             self.in_transaction = 0
+
+    def _fetching_starved(self) -> bool:
+        """Uncommitted batches hold the byte budget until their transaction commits: once less
+        than the quarter the fetcher waits for is free, no batch comes before a commit."""
+        budget = self.owner.runtime.budget
+        return budget.limit_bytes - budget.in_use_bytes < budget.limit_bytes // 4
 
     @staticmethod
     def _check_failed(sent: list[tuple[FetchedBatch, asyncio.Task]]) -> None:
