@@ -73,6 +73,19 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("offset.commit.interval.ms", "int", 5000,
                 "How often the committed positions are written to the source cluster.",
                 minimum=10),
+        Setting("resume.from.target", "bool", True,
+                "Exact resume: each offset commit stores, in its metadata, the target position "
+                "that goes with the committed source offset; on assignment (start, restart, "
+                "rebalance) the target partition is read from there to its end and matched batch "
+                "for batch with the source, and fetching starts after the last source batch "
+                "already on the target - no duplicates after a crash. A target partition that "
+                "does not match (another writer, a truncated target) stops with an error naming "
+                "both sides. A first start commits its position with the target's end at once. "
+                "Without metadata (commits by older versions; tansu, which keeps none) the "
+                "committed offset is used. Off: at-least-once from the committed "
+                "offset. Applies to mirrors that route partition i to partition i "
+                "(shallowmirror mirror, MirrorEngine), not to BatchForwarder programs.",
+                scope="flow"),
         Setting("metadata.max.age.ms", "int", 30000,
                 "Refresh metadata (new topics/partitions) at least this often.", minimum=100),
         Setting("buffer.memory", "int", 64 * _MIB,

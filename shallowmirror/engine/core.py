@@ -32,21 +32,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
 from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
-from shallowmirror.engine.membership import Membership
+from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.resume import (
+    ResumeOutcome,
+    ResumeRefusedError,
+    TargetResume,
+    fallback_summary,
+)
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
 from shallowmirror.engine.transactions import TransactionalSinks
-from shallowmirror.errors import LocatedError, ShallowMirrorError, Where
+from shallowmirror.errors import (
+    BrokerError,
+    ConnectionFailedError,
+    LocatedError,
+    ShallowMirrorError,
+    Where,
+)
 from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
@@ -58,6 +71,10 @@ MembershipFactory = Callable[..., Membership]
 
 class EngineCore:
     """Everything but the routing decision (see the module docstring)."""
+
+    #: Every batch of a source partition goes to ``target_partition_of`` it (MirrorEngine): what
+    #: resume from the target needs; a program routing each batch itself does not promise it.
+    routes_by_partition = False
 
     def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
                  topics: TopicsSpec, flow: str | None = None, source_alias: str = "source",
@@ -101,6 +118,8 @@ class EngineCore:
         self.source: Cluster | None = None
         self.target: Cluster | None = None
         self.membership: Membership | None = None
+        #: Exact resume from the target (engine.resume); None when off or not applicable.
+        self.resume: TargetResume | None = None
         self.ready = False
 
     # ------------------------------------------------------------------ configuration
@@ -120,6 +139,11 @@ class EngineCore:
             await self.target.start()
             self.sources.start(self.source)
             await self.sinks.start(self.target)
+            if self.settings["resume.from.target"] and self.routes_by_partition \
+                    and not self.exactly_once:     # exactly-once resumes from its target group
+                self.resume = TargetResume(
+                    self.source, self.target, group_id=self.group_id,
+                    read_committed=self.settings["isolation.level"] == "read_committed")
             self.membership = self.membership_factory(
                 self.source_config, group_id=self.group_id,
                 mode=self.settings["partition.assignment"],
@@ -168,7 +192,7 @@ class EngineCore:
             self.settings["request.timeout.ms"] / 1000)
         self.sinks.stop()
         await self.supervisor.cancel_all()
-        final = {tp: sp.offsets.committed for tp, sp in self.partitions.items()}
+        final = self._positions({tp: sp.offsets.committed for tp, sp in self.partitions.items()})
         if self.membership is not None:
             try:
                 await self.membership.close(final)
@@ -193,6 +217,7 @@ class EngineCore:
     async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:
         assert self.source is not None
         await self.source.refresh_metadata(sorted({t for t, _ in tps}))
+        metadata = getattr(committed, "metadata", {})
         if isinstance(self.sinks, TransactionalSinks):   # resume from the target's group
             committed = await self.sinks.take_over(tps, committed)
         assigned = []
@@ -206,13 +231,122 @@ class EngineCore:
             assigned.append(sp)
         # Attached together once every start is known: the first fetches then share the
         # budget among all of them, instead of filling it with the first partitions' backlog.
+        resuming: list[tuple[SourcePartition, TP]] = []
         for sp in assigned:
             self.partitions[sp.tp] = sp
-            self.sources.attach(sp)
+            if self.resume is None:
+                self.sources.attach(sp)
+                continue
+            # Until the target's tail is read: not fetched, and commits keep the stored pair.
+            target = self.target_partition_of(sp.tp)
+            self.resume.keep(sp.tp, target, sp.offsets.committed, self.resume.stored_point(
+                target, metadata.get(sp.tp)))
+            sp.paused = True
+            resuming.append((sp, target))
+        if resuming:
+            self.supervisor.spawn(
+                self._resume_from_target(resuming, metadata,
+                                         {tp for tp in tps if committed.get(tp) is None}),
+                what="resume from the target", where=Where(cluster=self.target_alias))
         if tps:
             self.hooks.partitions_assigned(list(tps))
 
-    async def _on_revoked(self, tps: list[TP], commit: bool) -> dict[TP, int]:
+    async def _resume_from_target(self, items: list[tuple[SourcePartition, TP]],
+                                  metadata: Mapping[TP, str], first: set[TP]) -> None:
+        """Start each partition after the last source batch already on the target (engine.resume);
+        a partition without a committed offset first commits its start with the target's end."""
+        assert self.resume is not None
+        resume = self.resume
+
+        def attempt(sp: SourcePartition, target: TP) -> Callable[[], Awaitable[ResumeOutcome]]:
+            if sp.tp in first:
+                return lambda: resume.first_start(sp.tp, target, sp.offsets.committed)
+            return lambda: resume.resume(sp.tp, target, sp.offsets.committed,
+                                         metadata.get(sp.tp))
+
+        started_at = time.monotonic()
+        outcomes = await asyncio.gather(*(self._with_retries(sp, attempt(sp, target))
+                                          for sp, target in items))
+        walked = [o for o in outcomes if o is not None and o.fallback is None and o.rows]
+        if walked:
+            log.info("resume from the target: %d of %d partitions read in %.0f ms (%d target "
+                     "bytes matched)", len(walked), len(items),
+                     (time.monotonic() - started_at) * 1000, sum(o.target_bytes for o in walked))
+        fallbacks: dict[TP, str] = {}
+        started = []
+        for (sp, target), outcome in zip(items, outcomes, strict=True):
+            if outcome is None or self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+                continue                  # stopped, or revoked while reading
+            if outcome.fallback is not None and sp.tp not in first:
+                fallbacks[sp.tp] = outcome.fallback
+            self._start_resumed(sp, target, outcome)
+            started.append(sp)
+        if fallbacks:
+            log.info("cluster %s, group %s: starting at the committed offset (batches copied "
+                     "after the last commit may be mirrored twice): %s", self.source_alias,
+                     self.group_id, fallback_summary(fallbacks))
+        # Committed before any batch moves (first starts: the start with the target's end;
+        # resumed partitions: past what the target holds), so the next owner's walk is short.
+        now = {sp.tp: sp.offsets.committed for sp in started
+               if sp.tp in first or sp.offsets.committed != sp.last_committed_sent}
+        if now and self.membership is not None:
+            try:
+                await asyncio.wrap_future(self.membership.commit(self._positions(now)))
+                for sp in started:
+                    sp.last_committed_sent = now.get(sp.tp, sp.last_committed_sent)
+            except Exception as err:  # noqa: BLE001 - the periodic commit carries it later
+                log.warning("commit of %d resumed positions to %s failed: %s", len(now),
+                            self.source_alias, err)
+        for sp in started:
+            sp.paused = False
+            self.sources.attach(sp)
+        self.runtime.progress.notify()
+
+    async def _with_retries(self, sp: SourcePartition,
+                            attempt: Callable[[], Awaitable[ResumeOutcome]]
+                            ) -> ResumeOutcome | None:
+        """One partition's resume (or first start), retried through connection failures and
+        retriable broker errors while the partition is owned; None once it is stopped."""
+        backoff = self.runtime.backoff()
+        while True:
+            try:
+                return await attempt()
+            except (ConnectionFailedError, BrokerError) as err:
+                if isinstance(err, ConnectionFailedError) or err.retriable:
+                    delay = backoff.next_s()
+                    log.warning("%s: reading the target to resume failed (%s); retrying in "
+                                "%.1fs", self._where(sp.tp), err, delay)
+                    await asyncio.sleep(delay)
+                    if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+                        return None
+                    continue
+                error: BaseException = err
+            except ResumeRefusedError as err:
+                error = err
+            if self.partitions.get(sp.tp) is sp:
+                self.sources.stop_partition(sp, error)
+            return None
+
+    def _start_resumed(self, sp: SourcePartition, target: TP, outcome: ResumeOutcome) -> None:
+        """Move ``sp`` past what the target already holds and record those batches."""
+        assert self.resume is not None
+        committed = sp.offsets.committed
+        position = max(committed, outcome.position)
+        if position > committed:
+            sp.offsets.add_gap(position)
+        if outcome.rows:
+            sp.offsets.offset_map.forget_from(outcome.rows[0].source_base)
+            for row in outcome.rows:
+                sp.offsets.offset_map.add(row)
+        self.resume.keep(sp.tp, target, position, outcome.point)
+        if outcome.fallback is None and outcome.rows:
+            log.info("%s: resumed from the target: %d batches (%d records, %d bytes) from "
+                     "source offset %d already on %s-%d; fetching starts at %d (committed %d)",
+                     self._where(sp.tp), len(outcome.rows), outcome.records,
+                     outcome.target_bytes, outcome.rows[0].source_base, target[0], target[1],
+                     position, committed)
+
+    async def _on_revoked(self, tps: list[TP], commit: bool) -> Positions:
         """Stop fetching ``tps``, give in-flight batches a chance to finish, abandon the rest."""
         owned = [self.partitions[tp] for tp in tps if tp in self.partitions]
         for sp in owned:
@@ -228,7 +362,11 @@ class EngineCore:
                 log.warning("%s: %d batches abandoned on revocation; they may be mirrored "
                             "again by the next owner", self._where(sp.tp), abandoned)
             result[sp.tp] = sp.offsets.committed
+        result = self._positions(result)
+        for sp in owned:
             self.partitions.pop(sp.tp, None)
+            if self.resume is not None:
+                self.resume.release(sp.tp)
         if owned:
             self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
@@ -324,8 +462,8 @@ class EngineCore:
         """Commit every owned partition whose position moved since the last commit."""
         if self.membership is None:
             return
-        offsets = {tp: sp.offsets.committed for tp, sp in self.partitions.items()
-                   if sp.offsets.committed != sp.last_committed_sent}
+        offsets = self._positions({tp: sp.offsets.committed for tp, sp in self.partitions.items()
+                                   if sp.offsets.committed != sp.last_committed_sent})
         if not offsets:
             return
         try:
@@ -339,6 +477,16 @@ class EngineCore:
             if sp is not None:
                 sp.last_committed_sent = offset
         self.hooks.offsets_committed(offsets)
+
+    def _positions(self, offsets: Mapping[TP, int]) -> Positions:
+        """``offsets`` with the commit metadata of exact resume (the target position)."""
+        positions = Positions(offsets)
+        if self.resume is not None:
+            for tp, offset in offsets.items():
+                text = self.resume.commit_metadata(tp, offset, self.offset_map(*tp))
+                if text is not None:
+                    positions.metadata[tp] = text
+        return positions
 
     # ------------------------------------------------------------------ queries
     def stats(self) -> EngineStats:

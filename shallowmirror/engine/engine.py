@@ -35,6 +35,8 @@ def prefix_mapper(alias: str, separator: str = ".") -> Callable[[str], str]:
 class MirrorEngine(EngineCore):
     """Mirror ``topics`` from the source cluster to the target cluster, batch for batch."""
 
+    routes_by_partition = True
+
     def __init__(self, source_config: Mapping[str, Any], target_config: Mapping[str, Any], *,
                  topics: TopicsSpec, topic_mapper: Callable[[str], str] = identity_mapper,
                  flow: str | None = None, source_alias: str = "source",

@@ -8,7 +8,9 @@ The consumer joins ``group.id`` (``partition.assignment=group``) or assigns itse
 Threads: librdkafka's calls block, so the consumer lives in one thread running ``poll`` and a small
 command queue. Rebalance callbacks run in that thread and call into the engine's event loop:
 - on assign: the committed offsets are read, then ``on_assigned(partitions, offsets)`` runs on
-  the loop (offset ``None``: nothing committed, apply auto.offset.reset);
+  the loop (offset ``None``: nothing committed, apply auto.offset.reset; each commit's metadata
+  string in ``offsets.metadata``, see ``Positions``: the engine's resume from the target keeps
+  its target position there);
 - on revoke: ``on_revoked(partitions)`` runs on the loop and *blocks the rebalance* until the
   engine stopped fetching those partitions, finished or abandoned what was in flight and returned
   the final positions, which are committed before the partitions are released (no loss; at most
@@ -39,8 +41,21 @@ from shallowmirror.rdkafka_logs import with_log_config
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-OnAssigned = Callable[[list[TP], dict[TP, int | None]], Awaitable[None]]
-OnRevoked = Callable[[list[TP], bool], Awaitable[dict[TP, int]]]
+
+
+class Positions(dict):
+    """Source positions per partition (``TP -> offset``) and the commit metadata that goes with
+    them (``metadata``: ``TP -> str``, for the partitions that have one): what the engine hands
+    to ``commit``/``close``/returns from ``on_revoked``, and what ``on_assigned`` receives (the
+    committed offsets, None when there is none, with the metadata read back)."""
+
+    def __init__(self, offsets: Mapping[TP, Any] = (), metadata: Mapping[TP, str] | None = None):
+        super().__init__(offsets)
+        self.metadata: dict[TP, str] = dict(metadata or {})
+
+
+OnAssigned = Callable[[list[TP], Positions], Awaitable[None]]
+OnRevoked = Callable[[list[TP], bool], Awaitable[Mapping[TP, int]]]
 
 _REVOKE_TIMEOUT_S = 60.0
 
@@ -138,15 +153,16 @@ class Membership:
         self._commands.put(("assign", list(partitions)))
 
     def commit(self, offsets: Mapping[TP, int]) -> concurrent.futures.Future:
-        """Commit positions (next offset to mirror) to the source cluster; done in the thread."""
+        """Commit positions (next offset to mirror; with metadata when ``offsets`` is
+        ``Positions``) to the source cluster; done in the thread."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("commit", dict(offsets), future))
+        self._commands.put(("commit", _copy(offsets), future))
         return future
 
     async def close(self, final_offsets: Mapping[TP, int]) -> None:
         """Commit the final positions, leave the group, stop the thread."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("close", dict(final_offsets), future))
+        self._commands.put(("close", _copy(final_offsets), future))
         if self._ended or self._thread is None:
             self._fail_queued()          # the thread is gone (or never ran): nothing to wait for
         await asyncio.wrap_future(future)
@@ -253,19 +269,23 @@ class Membership:
         owned = {tp: off for tp, off in offsets.items() if tp in self.assigned and off >= 0}
         if not owned:
             return
+        metadata = getattr(offsets, "metadata", {})
         try:
-            consumer.commit(offsets=[TopicPartition(t, p, off) for (t, p), off in owned.items()],
-                            asynchronous=False)
+            consumer.commit(offsets=[_topic_partition(tp, off, metadata.get(tp))
+                                     for tp, off in owned.items()], asynchronous=False)
         except KafkaException as err:
             raise RuntimeError(f"commit of {len(owned)} source offsets under group "
                                f"{self.group_id} on cluster {self.source_alias} failed: {err}") from err
 
     def _announce(self, consumer: Consumer, partitions: list[TP]) -> None:
         committed = self._committed_with_retries(consumer, partitions)
-        offsets: dict[TP, int | None] = {}
+        offsets = Positions()
         for tp in committed:
-            offsets[(tp.topic, tp.partition)] = (None if tp.offset in (OFFSET_INVALID,) or
-                                                 tp.offset < 0 else tp.offset)
+            key = (tp.topic, tp.partition)
+            offsets[key] = (None if tp.offset in (OFFSET_INVALID,) or tp.offset < 0
+                            else tp.offset)
+            if tp.metadata and offsets[key] is not None:
+                offsets.metadata[key] = tp.metadata
         self._call_engine(self._on_assigned(partitions, offsets))
 
     def _committed_with_retries(self, consumer: Consumer, partitions: list[TP],
@@ -334,6 +354,18 @@ class Membership:
         except Exception as err:  # noqa: BLE001
             log.warning("closing the membership consumer: %s", err)
         _settle(future, error)
+
+
+def _topic_partition(tp: TP, offset: int, metadata: str | None) -> TopicPartition:
+    """confluent-kafka's TopicPartition takes metadata only as a string (None is refused)."""
+    if metadata is None:
+        return TopicPartition(tp[0], tp[1], offset)
+    return TopicPartition(tp[0], tp[1], offset, metadata=metadata)
+
+
+def _copy(offsets: Mapping[TP, int]) -> Positions:
+    """A snapshot for the membership thread, keeping the commit metadata."""
+    return Positions(offsets, getattr(offsets, "metadata", None))
 
 
 def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:

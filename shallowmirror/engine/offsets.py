@@ -113,14 +113,16 @@ class OffsetMap:
             return None
         return row.target_base + (source_offset - row.source_base)
 
+    def row_before(self, source_position: int) -> MapRow | None:
+        """The last row starting below ``source_position`` (None: no such row)."""
+        index = bisect.bisect_left(self._bases, source_position) - 1
+        return self._rows[index] if index >= 0 else None
+
     def translate_position(self, source_position: int) -> int | None:
         """Translate a consumer *position* (next offset to read): the target position after the
         last mirrored record below ``source_position`` (checkpoints). None if unknown."""
-        index = bisect.bisect_left(self._bases, source_position) - 1
-        if index < 0:
-            return None
-        row = self._rows[index]
-        if row.target_base is None:
+        row = self.row_before(source_position)
+        if row is None or row.target_base is None:
             return None
         return row.target_base + min(source_position, row.source_end) - row.source_base
 

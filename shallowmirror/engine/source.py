@@ -347,6 +347,25 @@ def fair_partition_bytes(max_bytes: int, partitions: int, partition_max_bytes: i
     return max(1, min(partition_max_bytes, max_bytes, share))
 
 
+async def list_offset(cluster: Cluster, tp: TP, timestamp: int, *, isolation_level: int = 0) -> int:
+    """One ListOffsets for ``tp`` (-2 earliest, -1 latest) to its leader; BrokerError on an error
+    code. Versions: net.protocol.API_VERSIONS, capped by what the broker announces."""
+    conn = await cluster.leader_connection(*tp)
+    req = ListOffsetsRequest(
+        replica_id=-1, isolation_level=isolation_level,
+        topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=tp[0], partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=tp[1], current_leader_epoch=-1, timestamp=timestamp)])])
+    req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY,
+                                       versions(ListOffsetsRequest.API_KEY))
+    resp = await conn.request(req)
+    part = resp.topics[0].partitions[0]
+    if part.error_code:
+        raise BrokerError(part.error_code, Where(cluster=cluster.alias, topic=tp[0],
+                                                 partition=tp[1]), "in ListOffsets")
+    return part.offset
+
+
 Router = Callable[[FetchedBatch], None]
 """The routing decision: called with every kept batch, in fetch order per partition. It sends the
 batch on (``EngineCore.route``), hands it to a program, or drops it; each batch once."""
@@ -451,26 +470,13 @@ class Sources:
         backoff = self.backoff()
         while True:
             try:
-                conn = await self.cluster.leader_connection(*tp)
                 # Under read_committed "latest" is the last stable offset (isolation_level=1, as
                 # the Java consumer asks): past it, records of open transactions would be skipped.
-                # Versions: net.protocol.API_VERSIONS, capped by what the broker announces.
-                req = ListOffsetsRequest(
-                    replica_id=-1, isolation_level=self._list_offsets_isolation,
-                    topics=[ListOffsetsRequest.ListOffsetsTopic(
-                        name=tp[0], partitions=[
-                            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                                partition_index=tp[1], current_leader_epoch=-1,
-                                timestamp=timestamp)])])
-                req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY,
-                                                   versions(ListOffsetsRequest.API_KEY))
-                resp = await conn.request(req)
-                part = resp.topics[0].partitions[0]
-                if part.error_code == 0:
-                    return part.offset
-                err = BrokerError(part.error_code, self._where_obj(tp), "in ListOffsets")
-                if not (err.retriable or broker_error_info(part.error_code).invalid_metadata):
-                    raise err
+                return await list_offset(self.cluster, tp, timestamp,
+                                         isolation_level=self._list_offsets_isolation)
+            except BrokerError as err:
+                if not (err.retriable or broker_error_info(err.code).invalid_metadata):
+                    raise
             except ConnectionFailedError as err:
                 self.note_unreachable(err)
             await asyncio.sleep(backoff.next_s())

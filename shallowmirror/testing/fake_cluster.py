@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -300,7 +301,7 @@ class FakeTargetCluster:
     def _handle(self, node_id: int, api_key: int, version: int, cid: int,
                 body: bytes) -> Any:
         if api_key == 18:                      # ApiVersions
-            keys = {18: (0, 3), 3: (1, 12), 22: (0, 5), 0: (3, 8)}
+            keys = {18: (0, 3), 3: (1, 12), 22: (0, 5), 0: (3, 8), 2: (1, 5)}
             entries = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
                        for k, (lo, hi) in keys.items()]
             return encode_response(ApiVersionsResponse(error_code=0, api_keys=entries,
@@ -317,6 +318,8 @@ class FakeTargetCluster:
         if api_key == 0:
             self.produce_requests += 1
             return encode_response(self._produce(node_id, version, body), cid)
+        if api_key == 2:                       # ListOffsets: log start 0, end after the log
+            return encode_response(self._list_offsets(version, body), cid)
         return CLOSE                           # anything else: close the connection
 
     def _metadata(self, version: int) -> Any:
@@ -332,6 +335,21 @@ class FakeTargetCluster:
             for p in range(n)]) for name, n in self.topics.items()]
         return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id="fake-target",
                                 controller_id=1, topics=topics, version=version)
+
+    def _list_offsets(self, version: int, body: bytes) -> Any:
+        req = ListOffsetsRequest.decode(body, version=version)
+        R = ListOffsetsResponse.ListOffsetsTopicResponse
+        topics = []
+        for topic in req.topics:
+            parts = []
+            for asked in topic.partitions:
+                log = self.logs.get((topic.name, asked.partition_index), [])
+                end = log[-1].base_offset + offset_count_of(log[-1]) if log else 0
+                parts.append(R.ListOffsetsPartitionResponse(
+                    partition_index=asked.partition_index, error_code=0, timestamp=-1,
+                    offset=0 if asked.timestamp == -2 else end, leader_epoch=0))
+            topics.append(R(name=topic.name, partitions=parts))
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics, version=version)
 
     def _produce(self, node_id: int, version: int, body: bytes) -> Any:
         answers: dict[str, list] = {}

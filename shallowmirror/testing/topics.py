@@ -285,3 +285,34 @@ def assert_matches_load(result: Any, actual: TopicRecords, *,
     committed records for ``read_committed``, all data records in offset order otherwise."""
     kwargs.setdefault("topic", result.topic)
     assert_same_records(result.records(isolation_level), actual, **kwargs)
+
+
+@dataclass
+class CopyTally:
+    """A mirrored topic against its source, per partition: records (key, value, timestamp)
+    missing on the target, repeated on the target, and whether the first copies keep the
+    source's order."""
+
+    records: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    order_kept: bool = True
+    #: Most copies of any one record in a partition.
+    max_copies: int = 0
+
+
+def tally_copies(source: TopicRecords, target: TopicRecords) -> CopyTally:
+    """Compare ``target`` with ``source`` record by record, duplicates removed (first copy)."""
+    from collections import Counter
+
+    tally = CopyTally()
+    for p, records in source.items():
+        want = [(r.key, r.value, r.timestamp_ms) for r in records]
+        got = [(r.key, r.value, r.timestamp_ms) for r in target.get(p, [])]
+        first = list(dict.fromkeys(got))
+        tally.records += len(want)
+        tally.duplicates += len(got) - len(first)
+        tally.lost += sum((Counter(want) - Counter(first)).values())
+        tally.order_kept &= first == want
+        tally.max_copies = max(tally.max_copies, max(Counter(got).values(), default=0))
+    return tally

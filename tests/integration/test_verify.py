@@ -21,7 +21,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from test_mirror_cli import group_timings, mm2_properties, run_cli, run_until_caught_up
 
 from shallowmirror import codec
-from shallowmirror.mirror.verify import PartitionReader
+from shallowmirror.engine.pairing import PartitionReader
 from shallowmirror.net import Cluster
 from shallowmirror.testing.workload import Workload, create_topic, load
 

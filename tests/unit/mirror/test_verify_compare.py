@@ -10,7 +10,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from shallowmirror import codec
 from shallowmirror.codec import deep
-from shallowmirror.mirror.verify import (
+from shallowmirror.engine.pairing import (
     compare_forwarded,
     compare_records,
     needs_rebuild,
