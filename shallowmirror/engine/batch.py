@@ -63,7 +63,9 @@ class FetchedBatch:
         self.record_offsets: tuple[int, ...] | None = None
         self.done = False
         self.abandoned = False
-        self._callbacks: list[Callable[[FetchedBatch, int | None, BaseException | None], None]] = []
+        #: Completion callbacks (the forwarder API); None until one is added.
+        self._callbacks: list[Callable[[FetchedBatch, int | None, BaseException | None],
+                                       None]] | None = None
         self._future: asyncio.Future | None = None
 
     def __repr__(self) -> str:
@@ -78,6 +80,8 @@ class FetchedBatch:
     def add_done_callback(self, fn: Callable[[FetchedBatch, int | None, BaseException | None],
                                              None]) -> None:
         """``fn(batch, target_base_offset, error)`` once the target acknowledged or it failed."""
+        if self._callbacks is None:
+            self._callbacks = []
         self._callbacks.append(fn)
 
     def future(self) -> asyncio.Future:
@@ -95,8 +99,9 @@ class FetchedBatch:
                 self._future.set_result(target_base)
             else:
                 self._future.set_exception(error)
-        for fn in self._callbacks:
-            fn(self, target_base, error)
+        if self._callbacks is not None:
+            for fn in self._callbacks:
+                fn(self, target_base, error)
         self.release()
 
     def release(self) -> None:

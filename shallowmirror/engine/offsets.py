@@ -205,6 +205,17 @@ class PartitionOffsets:
         entry.acked = True
         entry.target_base = target_base
         entry.payload = None
+        entries = self._entries
+        if entries[0] is entry and (len(entries) == 1 or not entries[1].acked):
+            # The usual case: the oldest entry, nothing acknowledged behind it (what _advance
+            # does for one entry, without its loop).
+            entries.popleft()
+            assert entry.start == self._committed, (
+                f"entries not contiguous: committed {self._committed}, next starts {entry.start}")
+            if not entry.is_gap and entry.record_count:
+                self.offset_map.add(MapRow(entry.source_base, entry.record_count, target_base))
+            self._committed = entry.end
+            return entry.end
         self._advance()
         return self._committed
 
