@@ -5,7 +5,10 @@ Batches wait in one queue per target partition, in source order. Each round the 
 (exactly one batch per partition: stock brokers reject more), stamps the producer identity into
 each batch header the first time it is sent (``rewrite_for_produce``: a new 61-byte header plus a
 view of the rest; the payload is never copied or decompressed), and sends the request while up to
-``max.in.flight.requests.per.connection`` others are outstanding.
+``max.in.flight.requests.per.connection`` others are outstanding. With
+``target.connections.per.broker`` > 1 a broker has one sink per connection (*lane*) and each
+target partition is pinned to one lane for life, so everything below holds per lane. The
+acknowledgements of one response go to the engine in one call.
 
 Per-partition order: at most ``per_partition_in_flight`` (<= 5 when idempotent) batches of one
 partition are outstanding. When one fails with a retriable error the partition is *blocked*:
