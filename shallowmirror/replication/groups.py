@@ -4,6 +4,7 @@ confluent-kafka's AdminClient)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,18 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.filters import compile_pattern_list
+
+#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a group
+#: coordinator still loading or moving (a fresh cluster creating __consumer_offsets).
+_COORDINATOR_CODES = frozenset({14, 15, 16})
+
+
+def _transient(error) -> bool:
+    return error is not None and (error.code() in _COORDINATOR_CODES or error.retriable())
+
+
+def _retriable(err: KafkaException) -> bool:
+    return _transient(err.args[0] if err.args else None)
 
 
 class GroupError(ShallowMirrorError):
@@ -88,12 +101,24 @@ class Groups:
                       for c in offsets]
         if not partitions:
             return
-        try:
-            answer = self.admin.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, partitions)],
-                request_timeout=self.timeout_s)[group].result()
-        except KafkaException as err:
-            raise self._fail(f"writing the offsets of group {group!r} failed", err) from err
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                answer = self.admin.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group, partitions)],
+                    request_timeout=self.timeout_s)[group].result()
+            except KafkaException as err:
+                if _retriable(err) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                raise self._fail(f"writing the offsets of group {group!r} failed", err) \
+                    from err
+            errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
+            # A coordinator still loading or moving (a fresh cluster): ask again.
+            if errors and all(_transient(e) for e in errors) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            break
         failed = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in answer.topic_partitions
                   if tp.error is not None]
         if failed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -246,3 +247,79 @@ def test_checkpoints_failover_and_failback_reread_and_skip_nothing(
             .committed(billing)}
     assert records_from(source_cluster, topic, on_a, "read_committed") == \
         records_from(target_cluster, remote, moved, "read_uncommitted")
+
+
+# -- compacted gaps: re-packed batches translate per record ---------------------------------------
+
+COMPACT = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+           "delete.retention.ms": "100", "min.compaction.lag.ms": "0",
+           "max.compaction.lag.ms": "1000", "compression.type": "producer"}
+
+
+def gapped_batches_on_tansu(cluster, topic: str) -> None:
+    """Batches with offset gaps written as they are (tansu stores them; Kafka renumbers)."""
+    import asyncio
+
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from test_verify import _produce
+
+    load(cluster, Workload(topic, records=300, partitions=1, value_bytes=40, linger_ms=5))
+    batches = []
+    for round_no in range(20):
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=3, is_transactional=False,
+                                            producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                            batch_size=1 << 20)
+        for delta in (0, 3, 4, 9, 10, 17):
+            builder.append(delta, timestamp=1_700_000_000_000 + delta, key=b"k%d" % delta,
+                           value=b"kept-%d-%d" % (round_no, delta), headers=[])
+        batches.append(bytearray(builder.build()))
+    asyncio.run(_produce(cluster, topic, {0: batches}))
+    load(cluster, Workload(topic, records=100, partitions=1, value_bytes=40, create_topic=False,
+                           seed=2))
+
+
+def cleaned_by_kafka(cluster, topic: str) -> None:
+    """Keyed overwrites that Kafka's log cleaner compacts into batches with offset gaps."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    from shallowmirror.mirror.clients import admin_client
+
+    admin = admin_client(cluster.client_config(), what="test admin")
+    admin.create_topics([NewTopic(topic, 1, 1, config=COMPACT)])[topic].result(30)
+    producer = Producer({**cluster.client_config(), "compression.type": "lz4",
+                         "linger.ms": 20})
+    produced = 0
+    for round_no in range(6):
+        for i in range(300):
+            key = b"keep-%d-%d" % (round_no, i) if i % 20 == 0 else b"key-%d" % (i % 50)
+            producer.produce(topic, key=key, value=b"r%d-v%d" % (round_no, i), partition=0)
+            produced += 1
+        producer.flush(30)
+        time.sleep(0.3)
+
+    def cleaned() -> bool:
+        producer.produce(topic, key=b"roller", value=b"x", partition=0)
+        producer.flush(30)
+        found = read_topic(cluster, topic, timeout_s=15)
+        return sum(len(v) for v in found.values()) < produced // 2
+
+    wait_for(cleaned, 150, "Kafka's log cleaner to compact the source topic")
+
+
+def test_compacted_gaps_translate_to_the_next_surviving_record(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    topic = unique_topic("compacted")
+    if source_cluster.flavor == "tansu":
+        gapped_batches_on_tansu(source_cluster, topic)
+    else:
+        cleaned_by_kafka(source_cluster, topic)
+    offsets = [r.offset for r in read_topic(source_cluster, topic)[0]]
+    assert offsets != list(range(offsets[0], offsets[0] + len(offsets))), "expected gaps"
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=topic)
+    run_until_caught_up("mirror", str(props))
+    flow = load_mm2(props).flows[0]
+    pairs = mirrored_pairs(source_cluster, topic, target_cluster, flow.remote_topic(topic))
+    ends = source_ends(source_cluster, topic)
+    assert assert_exact_for_every_offset(load_flow_syncs(flow), topic, pairs, ends) > 0
