@@ -135,7 +135,7 @@ class OffsetMap:
         return sum(1 for row in self._rows if row.target_base is None)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Entry:
     """A fetched range [start, end) of one source partition (see the module drawing)."""
 
