@@ -2,6 +2,7 @@
 
     KAFKA_HOME=... .venv/bin/python benchmarks/engine/bench_exactly_once.py \
         [--records 300000] [--partitions 6] [--repeat 3] [--sizes 1,4,16] [--out eos.jsonl]
+        [--mm2]
 
 Starts two Apache Kafka clusters (KAFKA_HOME), loads ``--records`` lz4 records (200-byte
 values) into a source topic once, then runs, in rotation ``--repeat`` times, one in-process
@@ -11,6 +12,11 @@ the default) and exactly-once with ``transaction.max.bytes`` of each ``--sizes``
 ``engine ready`` until every partition's committed position (under exactly-once: committed
 transactions) reaches the source's end; CPU is this process's (engine + membership thread) over
 the same window. Prints medians per mode and appends every run to ``--out``.
+
+``--mm2`` adds one run of MirrorMaker 2 (``KAFKA_HOME/bin/connect-mirror-maker.sh``, dedicated
+mode) with ``exactly.once.source.support = enabled`` and ``dedicated.mode.enable.internal.rest =
+true``: timed from its first record on the target until read_committed sees every record; CPU of
+the JVM over that window; its target batches are checked to be transactional.
 """
 
 from __future__ import annotations
@@ -61,6 +67,61 @@ async def mirror_once(source, target, topic: str, partitions: int, settings: dic
             "aborted": getattr(sinks, "aborted_transactions", 0)}
 
 
+def mm2_exactly_once(source, target, topic: str, records: int, partitions: int) -> dict:
+    """One MirrorMaker 2 exactly-once run (see the module docstring)."""
+    import subprocess
+    import tempfile
+
+    from shallowmirror.bench.modes import mm2
+    from shallowmirror.engine.rawfetch import fetch_all
+    from shallowmirror.testing.topics import read_topic
+
+    run = mm2.prepare(os.environ["KAFKA_HOME"], source=source.bootstrap, target=target.bootstrap,
+                      topics=[topic], codec="lz4", run_id=f"eos-{uuid.uuid4().hex[:6]}",
+                      parent=tempfile.gettempdir())
+    props = run.work_dir / "mm2.properties"
+    props.write_text(props.read_text() + "exactly.once.source.support = enabled\n"
+                     "dedicated.mode.enable.internal.rest = true\n"
+                     "listeners = http://127.0.0.1:0\n")
+    remote = mm2.remote_topic(topic)
+    with open(run.console_path, "w") as console:
+        jvm = subprocess.Popen(run.command, env=run.env, stdout=console,
+                               stderr=subprocess.STDOUT)
+    started = time.perf_counter()
+    try:
+        while not _visible(target, remote, 1, read_topic):
+            assert jvm.poll() is None, run.log_tail()
+            assert time.perf_counter() - started < 300, "MirrorMaker 2 wrote nothing in 300 s"
+            time.sleep(0.5)
+        first = time.perf_counter()
+        proc = psutil.Process(jvm.pid)
+        cpu0 = sum(proc.cpu_times()[:4])
+        while not _visible(target, remote, records, read_topic):
+            assert jvm.poll() is None, run.log_tail()
+            time.sleep(0.5)
+        wall, cpu = time.perf_counter() - first, sum(proc.cpu_times()[:4]) - cpu0
+    finally:
+        jvm.kill()
+        jvm.wait()
+        run.remove()
+    batches, _ = asyncio.run(fetch_all(target.client_config(), remote))
+    data = [b for bs in batches.values() for b in bs if not b.is_control]
+    source_bytes = sum(b.size for bs in asyncio.run(fetch_all(source.client_config(), topic))[0]
+                       .values() for b in bs)
+    return {"mode": "MirrorMaker 2 exactly-once", "records": records, "bytes": source_bytes,
+            "start_s": round(first - started, 1), "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2), "mb_per_s": round(source_bytes / 1e6 / wall, 1),
+            "cpu_s_per_gb": round(cpu / (source_bytes / 1e9), 1),
+            "transactional": all(b.is_transactional for b in data)}
+
+
+def _visible(cluster, topic: str, records: int, read_topic) -> bool:
+    try:
+        return sum(map(len, read_topic(cluster, topic, timeout_s=30).values())) >= records
+    except Exception:  # noqa: BLE001 - not created yet
+        return False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=300_000)
@@ -68,6 +129,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="1,4,16", help="transaction.max.bytes values, MiB")
     ap.add_argument("--out", default="bench_exactly_once.jsonl")
+    ap.add_argument("--mm2", action="store_true", help="also one MirrorMaker 2 run")
     args = ap.parse_args()
     modes = [("at-least-once", {})] + [
         (f"exactly-once {s} MiB", {"exactly.once": "true", "transaction.max.bytes": int(s) * MIB,
@@ -88,6 +150,10 @@ def main() -> None:
                     runs[name].append(row)
                     out.write(json.dumps(row) + "\n")
                     print(json.dumps(row), flush=True)
+            if args.mm2:
+                row = mm2_exactly_once(source, target, topic, args.records, args.partitions)
+                out.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
     print(f"\n{'mode':24} {'MB/s':>7} {'CPU s/GB':>9} {'txns':>6}  (medians of {args.repeat};"
           " compressed bytes)")
     for name, rows in runs.items():
