@@ -16,6 +16,12 @@ kind = "process" — written by the engine and the harness every ``interval_s`` 
     time, run_id, pid, cpu_user_s, cpu_sys_s (cumulative for the process tree), rss_bytes,
     budget_bytes_in_use (engine only, else null)
 
+kind = "heartbeat" — written by the mirror process (``emit.heartbeats.enabled``), one per MM2
+heartbeat a flow mirrored and read back on its target:
+    time, flow ("A->B"), source_cluster, target_cluster, heartbeat ("X->A": its emitter pair),
+    heartbeat_time (when it was written on the source), latency_ms (written -> readable on the
+    target)
+
 kind = "bench_run" — written by the benchmark harness, one per mirror run:
     run_id, started_at, mode ("shallow"|"deep-confluent"|"deep-kafka-python"|"external"|
     "fetch-only"), repeat (0-based), workload_id,
@@ -33,6 +39,7 @@ kind = "bench_run" — written by the benchmark harness, one per mirror run:
 FLOW = "flow"
 PROCESS = "process"
 BENCH_RUN = "bench_run"
+HEARTBEAT = "heartbeat"
 
 FLOW_FIELDS = (
     "time", "run_id", "flow", "source_cluster", "target_cluster", "topic", "partition",

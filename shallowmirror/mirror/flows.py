@@ -198,7 +198,7 @@ class FlowRunner:
 
         self.heartbeat_monitor = HeartbeatLatencyMonitor(
             self.name, self.flow.remote_topic(HEARTBEATS_TOPIC), self.flow.target_admin,
-            alias=self.flow.target)
+            alias=self.flow.target, metrics_sink=self.metrics_sink)
         self.heartbeat_monitor.start()
 
     def _address(self, alias: str) -> str:

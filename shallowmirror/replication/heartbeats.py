@@ -19,7 +19,8 @@ enabled flow (MM2 also writes to listed clusters no flow touches).
 Latency: each enabled flow A->B reads the heartbeats it mirrors (``A.heartbeats`` on B) as a
 consumer of B would; ``now - heartbeat.timestamp`` is the end-to-end latency from the moment a
 heartbeat was written on A to the moment it can be read on B (emit + mirror + fetch). The latest
-value goes to the status line, Prometheus (``shallowmirror_heartbeat_latency_ms``) and the log.
+value goes to the status line, Prometheus (``shallowmirror_heartbeat_latency_ms``), the log
+(DEBUG) and, with ``metrics.file``, one ``heartbeat`` record per heartbeat.
 
 Out of scope: emitting when heartbeats of a pair are written by someone else (MM2 itself); both
 may run, heartbeats are idempotent facts.
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.metrics_schema import HEARTBEAT
 from shallowmirror.replication.mm2_records import HEARTBEATS_TOPIC, Heartbeat, MM2RecordError
 from shallowmirror.settings import Setting, SettingsTable
 
@@ -270,8 +272,10 @@ class HeartbeatLatencyMonitor:
     POLL_S = 0.2
 
     def __init__(self, flow: str, remote_topic: str, target_config: Mapping[str, Any], *,
-                 alias: str) -> None:
+                 alias: str, metrics_sink: Any = None) -> None:
         self.latency = HeartbeatLatency(flow, remote_topic)
+        #: Gets one ``heartbeat`` record per heartbeat read (metrics_schema.py), if set.
+        self.metrics_sink = metrics_sink
         self.target_config = dict(target_config)
         self.alias = alias
         self._stop = threading.Event()
@@ -333,6 +337,14 @@ class HeartbeatLatencyMonitor:
                 log.warning("flow %s: %s holds a record that is not an MM2 heartbeat (%s); "
                             "skipped", self.latency.flow, self.latency.remote_topic, err)
             return
-        latency = self.latency.observe(beat, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        latency = self.latency.observe(beat, now_ms)
+        if self.metrics_sink is not None:
+            source, _, target = self.latency.flow.partition("->")
+            self.metrics_sink.emit({
+                "kind": HEARTBEAT, "time": now_ms / 1000, "flow": self.latency.flow,
+                "source_cluster": source, "target_cluster": target,
+                "heartbeat": self.latency.last_pair, "heartbeat_time": beat.timestamp_ms / 1000,
+                "latency_ms": latency})
         log.debug("flow %s: heartbeat %s latency %.0f ms", self.latency.flow,
                   self.latency.last_pair, latency)

@@ -160,7 +160,9 @@ def bench_runs(records: DataFrame) -> DataFrame:
 
 def malformed_count(records: DataFrame) -> DataFrame:
     """One row: lines that were not JSON objects, and records with an unknown ``kind``."""
-    known = F.coalesce(F.col("kind").isin(ms.FLOW, ms.PROCESS, ms.BENCH_RUN), F.lit(False))
+    # Heartbeat records (mirror process) are known; the reports do not use them yet.
+    known = F.coalesce(F.col("kind").isin(ms.FLOW, ms.PROCESS, ms.BENCH_RUN, ms.HEARTBEAT),
+                       F.lit(False))
     corrupt = F.col("_corrupt_record").isNotNull()
     return records.agg(
         F.sum(F.when(corrupt, 1).otherwise(0)).alias("malformed_lines"),

@@ -80,3 +80,13 @@ def test_prometheus_collector_uses_mm2_names():
     assert value("shallowmirror_replication_latency_ms")[0] == 12.5
     assert value("shallowmirror_offset_lag")[0] == 10
     assert value("shallowmirror_partition_stopped", "1")[0] == 1
+
+
+def test_heartbeat_latency_on_the_status_line_and_in_prometheus():
+    snap = _snap(7, 700)
+    assert "heartbeat latency" not in StatusReporter().lines([snap])[0]
+    snap.heartbeat_latency_ms = 42.0
+    assert ", 7 records mirrored, heartbeat latency 42 ms" in StatusReporter().lines([snap])[0]
+    families = {f.name: f for f in MirrorCollector(lambda: [snap]).collect()}
+    (sample,) = families["shallowmirror_heartbeat_latency_ms"].samples
+    assert (sample.value, sample.labels) == (42.0, {"source": "A", "target": "B"})
