@@ -9,6 +9,7 @@ mirrored by every later test.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -116,7 +117,8 @@ def test_heartbeats_follow_mm2_and_feed_remote_cluster_utils(start_broker, tmp_p
             "A->B.enabled": "true", "B->A.enabled": "true", "topics": "nothing-else",
             "emit.heartbeats.enabled": "true", "emit.heartbeats.interval.seconds": "0.2",
             "refresh.topics.interval.seconds": "1", "status.interval.seconds": "1",
-            "emit.checkpoints.enabled": "false", "emit.offset-syncs.enabled": "false"}
+            "emit.checkpoints.enabled": "false", "emit.offset-syncs.enabled": "false",
+            "metrics.file": str(tmp_path / "metrics.jsonl")}
     config.write_text("".join(f"{k} = {v}\n" for k, v in keys.items()))
     mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
     try:
@@ -135,3 +137,8 @@ def test_heartbeats_follow_mm2_and_feed_remote_cluster_utils(start_broker, tmp_p
         mirror.stop()
     assert on_b == {"upstream": "[A]", "hops": "1", "hops-unknown": "-1",
                     "heartbeats": "[A->B]"}, on_b
+    # The metrics file has the latency of each heartbeat each flow mirrored.
+    events = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    beats = [e for e in events if e["kind"] == "heartbeat"]
+    assert {(e["flow"], e["heartbeat"]) for e in beats} == {("A->B", "B->A"), ("B->A", "A->B")}
+    assert all(e["latency_ms"] >= 0 and e["time"] >= e["heartbeat_time"] for e in beats)
