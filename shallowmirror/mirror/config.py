@@ -51,6 +51,11 @@ from shallowmirror.replication.heartbeats import (
     heartbeat_pairs,
 )
 from shallowmirror.replication.settings import OFFSET_SETTINGS
+from shallowmirror.replication.sync_settings import (
+    GROUP_SYNC_SETTINGS,
+    REVERSE_CHECKPOINT_SETTINGS,
+    reverse_checkpointing_problems,
+)
 from shallowmirror.settings import Setting, SettingsTable
 
 log = logging.getLogger(__name__)
@@ -144,6 +149,8 @@ MIRROR_SETTINGS = SettingsTable(
                 scope="process"),
         *HEARTBEAT_SETTINGS,
         *OFFSET_SETTINGS,
+        *GROUP_SYNC_SETTINGS,
+        *REVERSE_CHECKPOINT_SETTINGS,
     ],
 )
 
@@ -151,7 +158,6 @@ MIRROR_SETTINGS = SettingsTable(
 #: about as unknown): mm2.properties files from MirrorMaker 2 keep working.
 MM2_IGNORED_KEYS = frozenset({
     "group.filter.class",
-    "sync.group.offsets.enabled", "sync.group.offsets.interval.seconds",
     "sync.topic.acls.enabled", "sync.topic.acls.interval.seconds",
     "offset.lag.max", "admin.timeout.ms",
     "consumer.poll.timeout.ms",
@@ -306,6 +312,8 @@ class FlowConfig:
     policy: DefaultReplicationPolicy = field(init=False)
     topic_filter: TopicFilter = field(init=False)
     config_filter: ConfigPropertyFilter = field(init=False)
+    #: The enabled flow target->source, if any (reverse checkpointing translates with it).
+    opposite: FlowConfig | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -604,6 +612,10 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                 "IdentityReplicationPolicy, which cannot detect cycles: give them disjoint "
                 "`topics` or records will loop between the clusters")
 
+    by_name = {(f.source, f.target): f for f in flows}
+    for f in flows:
+        f.opposite = by_name.get((f.target, f.source))
+    problems.extend(p for p in reverse_checkpointing_problems(flows) if p not in problems)
     pairs, pair_problems = heartbeat_pairs(
         [alias for f in flows for alias in (f.source, f.target)], top, per_flow,
         lambda s, t: client_config(props, t, "producer", f"{s}->{t}"))

@@ -189,6 +189,12 @@ class FlowRunner:
 
         self.sync = await asyncio.to_thread(build)
 
+    async def _start_group_features(self, stop: asyncio.Event) -> list[asyncio.Task]:
+        """Reverse checkpoints and group offset sync (replication/), as the flow asks."""
+        from shallowmirror.replication.group_features import start_group_features
+
+        return await start_group_features(self.flow, stop, timeout_s=self.admin_timeout_s)
+
     def _maybe_watch_heartbeats(self) -> None:
         """Measure end-to-end latency on the heartbeats this flow mirrors, when it emits them."""
         s = self.flow.settings
@@ -315,6 +321,7 @@ class FlowRunner:
         tasks = [asyncio.create_task(self._supervise(r, local)) for r in self.runners]
         tasks.append(asyncio.create_task(self._housekeeping(local)))
         tasks.extend(offset_tasks)
+        tasks.extend(await self._start_group_features(local))
         self.state = "running"
         watcher = asyncio.create_task(self._watch_start(local))
         try:
