@@ -104,8 +104,23 @@ def describe(config) -> str:
                      f"exclude {','.join(f.topic_filter.exclude)}, "
                      f"source {f.source_consumer.get('bootstrap.servers')}, "
                      f"target {f.target_producer.get('bootstrap.servers')}, "
-                     f"group.id {f.engine_settings.get('group.id')}")
+                     f"group.id {f.engine_settings.get('group.id')}"
+                     + "".join(f", {extra}" for extra in _group_features(f)))
+    if getattr(config, "heartbeat_pairs", None):
+        lines.append("heartbeats: " + ", ".join(f"{p.name} to cluster {p.target} every "
+                                                f"{p.interval_s:g}s"
+                                                for p in config.heartbeat_pairs))
     return "\n".join(lines)
+
+
+def _group_features(flow) -> list[str]:
+    """Group offset sync and reverse checkpointing, when a flow has them on."""
+    s, extras = flow.settings, []
+    if s.get("sync.group.offsets.enabled"):
+        extras.append(f"group offset sync every {s['sync.group.offsets.interval.seconds']:g}s")
+    if s.get("reverse.checkpointing.enabled"):
+        extras.append(f"reverse checkpoints of {flow.target}'s topics")
+    return extras
 
 
 def start(config, args: argparse.Namespace) -> int:

@@ -16,7 +16,9 @@ Every ``sync.group.offsets.interval.seconds`` (MM2's ``MirrorCheckpointTask.sync
 Reading the checkpoints from their topic (not from the emitter's memory) makes forward and
 reverse checkpoints one stream and lets a restarted mirror sync what it checkpointed before.
 A group that becomes active between the check and the write makes the broker refuse the write
-(UNKNOWN_MEMBER_ID, as in MM2): logged, retried next interval.
+(UNKNOWN_MEMBER_ID, as in MM2): it counts as active (logged once, retried next interval). tansu
+0.6 reports no members for an active group, so there the refused write is the only sign.
+A group whose write fails otherwise is logged and retried; the other groups go on.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class GroupOffsetSync:
 
     def sync_once(self) -> dict[str, dict[TP, int]]:
         """One round (blocking): {group: {(topic, partition): offset written}}."""
-        from shallowmirror.replication.groups import CommittedOffset
+        from shallowmirror.replication.groups import CommittedOffset, GroupError
         from shallowmirror.replication.internal_topics import read_topic
 
         records = read_topic(self.flow.target_admin, self.topic, alias=self.flow.target,
@@ -89,26 +91,37 @@ class GroupOffsetSync:
         written: dict[str, dict[TP, int]] = {}
         for group, checkpoints in sorted(latest_checkpoints(records).items()):
             if groups.active_members(group):
-                if group not in self._active_logged:
-                    self._active_logged.add(group)
-                    log.info("flow %s: group %r has active members on cluster %s: its offsets "
-                             "are not synced while it consumes there", self.flow.name, group,
-                             self.flow.target)
+                self._note_active(group)
                 continue
-            self._active_logged.discard(group)
             committed = {(c.topic, c.partition): c.offset for c in groups.committed(group)}
             wanted = offsets_to_sync({tp: c.downstream_offset for tp, c in checkpoints.items()},
                                      committed)
             if not wanted:
+                self._active_logged.discard(group)
                 continue
-            groups.commit(group, [CommittedOffset(t, p, offset, checkpoints[(t, p)].metadata)
-                                  for (t, p), offset in sorted(wanted.items())])
+            try:
+                groups.commit(group, [CommittedOffset(t, p, offset, checkpoints[(t, p)].metadata)
+                                      for (t, p), offset in sorted(wanted.items())])
+            except GroupError as err:
+                if "UNKNOWN_MEMBER_ID" in str(err):
+                    self._note_active(group)
+                else:
+                    log.warning("flow %s: %s", self.flow.name, err)
+                continue
+            self._active_logged.discard(group)
             written[group] = wanted
             log.debug("flow %s: synced %d offsets of group %r on cluster %s", self.flow.name,
                       len(wanted), group, self.flow.target)
         for group, offsets in written.items():
             self.groups_synced.setdefault(group, {}).update(offsets)
         return written
+
+    def _note_active(self, group: str) -> None:
+        """Log once (until the group is idle again) that an active group is left alone."""
+        if group not in self._active_logged:
+            self._active_logged.add(group)
+            log.info("flow %s: group %r has active members on cluster %s: its offsets are not "
+                     "synced while it consumes there", self.flow.name, group, self.flow.target)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sync every ``sync.group.offsets.interval.seconds`` until ``stop``; a failed round is
