@@ -14,10 +14,12 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import NewTopic
 from engine_support import raw_batches
 from test_mirror_cli import Background, group_timings, mm2_properties, wait_for
 from test_offsets import expected_position, mirrored_pairs, records_from
 
+from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import load_mm2
 from shallowmirror.replication.checkpoints import checkpoints_topic, read_checkpoints
 from shallowmirror.replication.groups import CommittedOffset, GroupError, Groups
@@ -127,7 +129,7 @@ class ActiveConsumer:
     def __init__(self, cluster, group: str, topic: str, timings: dict[str, str]) -> None:
         self.consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
                                   "enable.auto.commit": False, "auto.offset.reset": "latest",
-                                  **timings})
+                                  "topic.metadata.refresh.interval.ms": 1000, **timings})
         self.consumer.subscribe([topic])
         self.assigned = False
         self._stop = threading.Event()
@@ -158,10 +160,15 @@ def test_an_active_group_is_logged_once_and_left_alone_until_it_is_idle(
                            **FAST_GROUPS, **{"A->B.enabled": "true"}, topics=topic,
                            groups=group)
     remote = load_mm2(props).flows[0].remote_topic(topic)
+    # The group is live on B before the mirror starts (the remote topic is created for it).
+    admin = admin_client(b_config, what="test")
+    admin.create_topics([NewTopic(remote, 2, -1, config={"compression.type": "producer"})]
+                        )[remote].result(30)
     live = ActiveConsumer(target_cluster, group, remote, group_timings(target_cluster))
-    mirror = Background("mirror", str(props), log_path=tmp_path / "mirror.log")
+    mirror = None
     try:
-        wait_for(lambda: live.assigned, 60, "the live consumer to join its group", mirror)
+        wait_for(lambda: live.assigned, 60, "the live consumer to join its group")
+        mirror = Background("mirror", str(props), log_path=tmp_path / "mirror.log")
         wait_for(lambda: "has active members" in mirror.log(), 60, "the active group notice",
                  mirror)
         time.sleep(3.5)             # three more sync rounds (1 s): still one notice, no write
@@ -172,4 +179,5 @@ def test_an_active_group_is_logged_once_and_left_alone_until_it_is_idle(
                  60, "the offsets once the group is idle", mirror)
     finally:
         live.close()
-        assert mirror.terminate() == 0, mirror.log()[-3000:]
+        if mirror is not None:
+            assert mirror.terminate() == 0, mirror.log()[-3000:]
