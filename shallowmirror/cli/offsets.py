@@ -174,8 +174,8 @@ def _commit(alias: str, admin: dict, group: str, rows, execute: bool,
     groups = Groups(admin, alias=alias, timeout_s=timeout_s)
     members = groups.active_members(group)
     if members:
-        raise OffsetsCommandError(f"group {group!r} has {members} active member(s) on cluster "
-                                  f"{alias}: stop its consumers first (offsets of a running "
+        raise OffsetsCommandError(f"group {group!r} is active on cluster {alias} ({members} "
+                                  "member(s)): stop its consumers first (offsets of a running "
                                   "group would be overwritten by its next commit)")
     missing = [r for r in rows if r.downstream is None]
     if missing:

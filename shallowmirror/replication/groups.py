@@ -87,13 +87,18 @@ class Groups:
                       key=lambda c: (c.topic, c.partition))
 
     def active_members(self, group: str) -> int:
-        """Members currently in the group (0 for an empty or unknown group)."""
+        """Members currently in the group: 0 for an empty, dead or unknown group. A group in a
+        stable or rebalancing state counts at least 1 (tansu lists no members)."""
+        from confluent_kafka import ConsumerGroupState
+
         try:
             described = self.admin.describe_consumer_groups(
                 [group], request_timeout=self.timeout_s)[group].result()
         except KafkaException as err:
             raise self._fail(f"describing group {group!r} failed", err) from err
-        return len(described.members or [])
+        idle = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+        members = len(described.members or [])
+        return max(members, 0 if described.state in idle else 1)
 
     def commit(self, group: str, offsets: Iterable[CommittedOffset]) -> None:
         """Write ``offsets`` as the group's committed offsets (the group must be empty)."""

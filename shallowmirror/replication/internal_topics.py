@@ -40,7 +40,10 @@ def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
                  replication_factor: int = -1, timeout_s: float = 30.0) -> bool:
     """Create ``topic`` (one partition, compacted) unless it exists; True if created."""
     admin = admin_client(_client_keys(config), what=f"cluster {alias} admin")
-    listed = admin.list_topics(timeout=timeout_s)
+    try:
+        listed = admin.list_topics(timeout=timeout_s)
+    except KafkaException as err:
+        raise InternalTopicError(f"cluster {alias}: cannot list topics: {err}") from err
     if topic in listed.topics and not listed.topics[topic].error:
         return False
     new = NewTopic(topic, num_partitions=1, replication_factor=replication_factor,
@@ -64,7 +67,10 @@ def read_topic(config: Mapping[str, Any], topic: str, *, alias: str,
             "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}
     consumer = build_client(Consumer, conf, what=f"cluster {alias} reader of {topic}")
     try:
-        listed = consumer.list_topics(topic, timeout=timeout_s)
+        try:
+            listed = consumer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as err:
+            raise InternalTopicError(f"cluster {alias}: cannot read {topic}: {err}") from err
         meta = listed.topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
             return []

@@ -323,3 +323,37 @@ def test_compacted_gaps_translate_to_the_next_surviving_record(
     pairs = mirrored_pairs(source_cluster, topic, target_cluster, flow.remote_topic(topic))
     ends = source_ends(source_cluster, topic)
     assert assert_exact_for_every_offset(load_flow_syncs(flow), topic, pairs, ends) > 0
+
+
+def test_failover_refuses_while_the_group_consumes_on_the_target(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    from confluent_kafka import Consumer
+    from test_mirror_cli import group_timings
+
+    topic = unique_topic("busy")
+    load(source_cluster, Workload(topic, records=10, partitions=1))
+    group = f"busy-{uuid.uuid4().hex[:8]}"
+    Groups(source_cluster.client_config(), alias="A").commit(
+        group, [CommittedOffset(topic, 0, 5, "")])
+    remote = f"A.{topic}"
+    load(target_cluster, Workload(remote, records=10, partitions=1))
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=topic)
+    timings = group_timings(target_cluster)
+    consumer = Consumer({**target_cluster.client_config(), "group.id": group,
+                         "enable.auto.commit": False,
+                         "session.timeout.ms": timings["session.timeout.ms"],
+                         "heartbeat.interval.ms": timings["heartbeat.interval.ms"]})
+    try:
+        consumer.subscribe([remote])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.5)
+        assert consumer.assignment(), "the consumer never joined its group"
+        refused = run_cli("offsets", "failover", str(props), "--group", group, "--to", "B",
+                          "--live", "--execute")
+    finally:
+        consumer.close()
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"group {group!r} is active on cluster B" in refused.stderr
+    assert Groups(target_cluster.client_config(), alias="B").committed(group) == []
