@@ -357,3 +357,29 @@ def test_failover_refuses_while_the_group_consumes_on_the_target(
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert f"group {group!r} is active on cluster B" in refused.stderr
     assert Groups(target_cluster.client_config(), alias="B").committed(group) == []
+
+
+def test_translation_is_exact_under_exactly_once_mirroring(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    """Exactly-once mirroring adds the mirror's own commit markers on the target: target-side
+    jumps, some at the same place as source gaps."""
+    topic = unique_topic("eos")
+    load(source_cluster, Workload(topic, records=6_000, partitions=2, value_bytes=50, keys=0,
+                                  headers=0, transactional=True, transaction_records=300,
+                                  abort_every=3, linger_ms=5))
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=topic, **{"A->B.exactly.once": "true",
+                                                      "transaction.interval.ms": "200"})
+    run_until_caught_up("mirror", str(props))
+    flow = load_mm2(props).flows[0]
+    remote = flow.remote_topic(topic)
+    src = read_topic(source_cluster, topic, isolation_level="read_committed")
+    dst = read_topic(target_cluster, remote, isolation_level="read_committed")
+    pairs = {p: [(a.offset, b.offset) for a, b in zip(records, dst[p], strict=True)]
+             for p, records in src.items()}
+    assert any(b.is_control for bs in raw_batches(target_cluster, remote).values() for b in bs)
+    table = load_flow_syncs(flow)
+    for partition, mirrored in pairs.items():
+        for position in range(0, mirrored[-1][0] + 3):
+            assert table.translate(topic, partition, position) == \
+                expected_position(mirrored, position), (partition, position)
