@@ -62,16 +62,21 @@ def reverse_checkpointing_problems(flows: Sequence[Any]) -> list[str]:
     """Cross-flow checks: reverse checkpointing of B->A needs A->B enabled, and a topic filter
     when the policy cannot tell where a topic came from."""
     problems: list[str] = []
-    names = {(f.source, f.target) for f in flows}
+    by_name = {(f.source, f.target): f for f in flows}
     for flow in flows:
         s = flow.settings
         if not s.get("reverse.checkpointing.enabled"):
             continue
         where = f"{flow.source}->{flow.target}.reverse.checkpointing.enabled"
-        if (flow.target, flow.source) not in names:
-            problems.append(f"{where}: needs the opposite flow {flow.target}->{flow.source} "
-                            f"enabled (its offset syncs translate back); set "
-                            f"{flow.target}->{flow.source}.enabled = true")
+        opposite = by_name.get((flow.target, flow.source))
+        back = f"{flow.target}->{flow.source}"
+        if opposite is None:
+            problems.append(f"{where}: needs the opposite flow {back} enabled (its offset "
+                            f"syncs translate back); set {back}.enabled = true")
+        elif not (opposite.shallow and opposite.settings.get("emit.offset-syncs.enabled", True)):
+            problems.append(f"{where}: the opposite flow {back} writes no offset syncs to "
+                            "translate back with (it needs use.raw.bytes = true and "
+                            "emit.offset-syncs.enabled = true)")
         if not flow.policy.detects_cycles and not s.get("reverse.checkpointing.topic.filter.topics"):
             problems.append(f"{where}: IdentityReplicationPolicy cannot tell which topics came "
                             f"from {flow.target}: set {flow.source}->{flow.target}."

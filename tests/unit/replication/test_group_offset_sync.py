@@ -62,6 +62,11 @@ def test_check_reports_a_missing_opposite_flow_and_an_identity_policy_without_fi
     assert any("A->B.reverse.checkpointing.enabled: needs the opposite flow B->A enabled" in p
                for p in err.value.problems)
     with pytest.raises(ConfigError) as err:
+        resolve_mm2({**BASE, "B->A.reverse.checkpointing.enabled": "true",
+                     "A->B.emit.offset-syncs.enabled": "false"})
+    assert any("B->A.reverse.checkpointing.enabled: the opposite flow A->B writes no offset "
+               "syncs" in p for p in err.value.problems)
+    with pytest.raises(ConfigError) as err:
         resolve_mm2({**BASE, "reverse.checkpointing.enabled": "true", "topics": "orders",
                      "replication.policy.class": "IdentityReplicationPolicy"})
     assert any("IdentityReplicationPolicy cannot tell which topics came from" in p
