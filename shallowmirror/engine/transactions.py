@@ -40,7 +40,11 @@ and it is all mirrored again. PRODUCER_FENCED / INVALID_PRODUCER_EPOCH mean anot
 broker, after transaction.timeout.ms) took the id: this engine stops the partition and writes
 nothing more to it; it is mirrored again only once the group assigns it anew (a fresh
 InitProducerId). The engine never retries a fenced id with its old epoch: that could abort the
-new owner's transaction.
+new owner's transaction. The same happens to an engine stalled longer than
+transaction.timeout.ms (the broker aborts and bumps the epoch; Kafka 3.7 cannot tell that apart
+from a takeover): with group assignment the stall also outlasts session.timeout.ms, so the
+partition comes back through the rebalance; with ``partition.assignment=all`` it stays stopped
+until the mirror restarts (the status line names it).
 
 Out of scope: the source cluster's group offsets are still committed (for lag monitoring), but
 are only read the very first time, when the target group has no offset for a partition.
@@ -516,14 +520,22 @@ class PartitionTransaction:
         except BrokerError as err:      # a broker without KIP-360 bumps (tansu 0.6: UNKNOWN)
             log.info("%s: epoch bump refused (%s); initializing the id afresh", self.where, err)
             await self.init_producer(bump=False)
-        if rewind:
+        if rewind and self._current:
             self.queue.clear()
             self.owner.events.rewind_partition(self.tp)
 
+    @property
+    def _current(self) -> bool:
+        """Still this engine's producer of the partition (not revoked, not replaced by a newer
+        take-over whose InitProducerId fenced this one)."""
+        return not self.closed and self.owner.partitions.get(self.tp) is self
+
     def _give_up(self, err: BaseException) -> None:
+        current = self._current
         self.closed = True
         self.queue.clear()
-        self.owner.events.partition_failed(self.tp, err)
+        if current:
+            self.owner.events.partition_failed(self.tp, err)
 
 
 def _caught_up(batch: FetchedBatch) -> bool:
