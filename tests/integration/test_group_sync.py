@@ -17,7 +17,12 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import NewTopic
 from engine_support import raw_batches
 from test_mirror_cli import Background, group_timings, mm2_properties, wait_for
-from test_offsets import expected_position, mirrored_pairs, records_from
+from test_offsets import (
+    expected_position,
+    java_translate_offsets,
+    mirrored_pairs,
+    records_from,
+)
 
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import load_mm2
@@ -120,6 +125,9 @@ def test_failover_by_group_sync_and_failback_by_reverse_checkpoints_are_exact(
     assert records_from(source_cluster, topic, {p: o for (_, p), o in on_a.items()},
                         "read_committed") == \
         records_from(target_cluster, remote, moved, "read_uncommitted")
+    # MM2's own RemoteClusterUtils.translateOffsets, asked on A about "remote cluster" B,
+    # reads the reverse checkpoints: the same offsets (skipped where java is absent).
+    assert java_translate_offsets(tmp_path, source_cluster.bootstrap, "B", group) == on_a
 
 
 class ActiveConsumer:
