@@ -54,6 +54,7 @@ from shallowmirror.replication.settings import OFFSET_SETTINGS
 from shallowmirror.replication.sync_settings import (
     GROUP_SYNC_SETTINGS,
     REVERSE_CHECKPOINT_SETTINGS,
+    group_sync_warnings,
     reverse_checkpointing_problems,
 )
 from shallowmirror.settings import Setting, SettingsTable
@@ -616,6 +617,7 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
     for f in flows:
         f.opposite = by_name.get((f.target, f.source))
     problems.extend(p for p in reverse_checkpointing_problems(flows) if p not in problems)
+    warnings.extend(group_sync_warnings(flows))
     pairs, pair_problems = heartbeat_pairs(
         [alias for f in flows for alias in (f.source, f.target)], top, per_flow,
         lambda s, t: client_config(props, t, "producer", f"{s}->{t}"))

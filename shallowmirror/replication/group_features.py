@@ -15,6 +15,8 @@ async def start_group_features(flow: Any, stop: asyncio.Event, *, timeout_s: flo
     """Tasks of the flow's reverse checkpoints and group offset sync, as its settings ask."""
     s = flow.settings
     tasks: list[asyncio.Task[Any]] = []
+    if not s.get("emit.checkpoints.enabled", True):
+        return tasks                    # nothing checkpointed: nothing to sync (config warns)
     if s.get("reverse.checkpointing.enabled") and flow.opposite is not None:
         tasks.append(asyncio.create_task(ReverseCheckpointer(flow, timeout_s=timeout_s)
                                          .run(stop)))

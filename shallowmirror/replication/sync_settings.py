@@ -82,3 +82,20 @@ def reverse_checkpointing_problems(flows: Sequence[Any]) -> list[str]:
                             f"from {flow.target}: set {flow.source}->{flow.target}."
                             "reverse.checkpointing.topic.filter.topics")
     return problems
+
+
+def group_sync_warnings(flows: Sequence[Any]) -> list[str]:
+    """Settings that do nothing: group offset sync and reverse checkpointing write what the
+    flow checkpoints, so without ``emit.checkpoints.enabled`` there is nothing (as in MM2,
+    whose checkpoint task does both)."""
+    warnings: list[str] = []
+    for flow in flows:
+        s = flow.settings
+        if s.get("emit.checkpoints.enabled", True):
+            continue
+        for key in ("sync.group.offsets.enabled", "reverse.checkpointing.enabled"):
+            if s.get(key):
+                warnings.append(f"{flow.source}->{flow.target}.{key} does nothing with "
+                                "emit.checkpoints.enabled = false (it works on the flow's "
+                                "checkpoints)")
+    return warnings

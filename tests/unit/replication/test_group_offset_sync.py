@@ -83,3 +83,10 @@ def test_keys_are_settings_not_ignored_keys() -> None:
     assert {"sync.group.offsets.enabled", "sync.group.offsets.interval.seconds",
             "reverse.checkpointing.enabled"} <= SYNC_KEYS
     assert not SYNC_KEYS & MM2_IGNORED_KEYS
+
+
+def test_group_features_without_checkpoints_are_warned_about_not_silently_idle() -> None:
+    config = resolve_mm2({**BASE, "emit.checkpoints.enabled": "false",
+                          "sync.group.offsets.enabled": "true"})
+    assert "A->B.sync.group.offsets.enabled does nothing with emit.checkpoints.enabled = " \
+           "false (it works on the flow's checkpoints)" in config.warnings
