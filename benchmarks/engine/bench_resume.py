@@ -1,7 +1,8 @@
 """Exact resume from the target against at-least-once, side by side, with `shallowmirror mirror`.
 
     .venv/bin/python benchmarks/engine/bench_resume.py [--records 400000] [--partitions 6]
-        [--codec zstd] [--kills 8] [--kill-after 1.5,4.0] [--cpu-records 1000000] [--repeat 3]
+        [--codec zstd] [--kills 8] [--kill-after 1.5,4.0] [--cpu-records 2000000]
+        [--cpu-codec lz4] [--repeat 3]
         [--broker tansu|kafka] [--out bench_resume.jsonl]
 
 Two clusters are started here (``--broker kafka`` with ``KAFKA_HOME``: real Apache Kafka; or
@@ -16,7 +17,7 @@ topic and group:
    value, timestamp per partition), order. **Time to resume**: from starting a process after a
    kill to the target growing again, and the engine's own "resume from the target ... read in
    N ms" line.
-2. CPU per GB: a fresh topic of ``--cpu-records`` records mirrored in one go, ``--repeat`` times
+2. CPU per GB: a fresh topic of ``--cpu-records`` records (``--cpu-codec``) mirrored in one go, ``--repeat`` times
    per mode, alternating; the mirror's CPU seconds from the moment the target starts growing
    until it holds every record (start-up excluded), per GB of compressed source batches.
 """
@@ -169,7 +170,8 @@ def main() -> int:
     parser.add_argument("--codec", default="zstd")
     parser.add_argument("--kills", type=int, default=8)
     parser.add_argument("--kill-after", default="1.5,4.0", help="seconds of copying, min,max")
-    parser.add_argument("--cpu-records", type=int, default=1_000_000)
+    parser.add_argument("--cpu-records", type=int, default=2_000_000, help="0: skip")
+    parser.add_argument("--cpu-codec", default="lz4")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--broker", choices=test_clusters.FLAVORS)
     parser.add_argument("--out", default="bench_resume.jsonl")
@@ -183,15 +185,17 @@ def main() -> int:
           else contextlib.nullcontext(external)) as (src, dst):
         source, target = src.bootstrap, dst.bootstrap
         results = [kill_run(source, target, mode, args, work, rng) for mode in MODES]
-        topic = f"resume-cpu-{uuid.uuid4().hex[:6]}"
-        load({"bootstrap.servers": source}, Workload(
-            topic=topic, records=args.cpu_records, partitions=args.partitions,
-            codec=args.codec, value_bytes=200, keys=1000, headers=1, batch_bytes=256_000,
-            linger_ms=20))
-        compressed = _compressed_bytes(source, topic)
-        cpu = [cpu_run(source, target, mode, topic, args.cpu_records, work, compressed,
-                       args.partitions, run)
-               for run in range(args.repeat) for mode in MODES]
+        cpu, compressed = [], 0
+        if args.cpu_records:
+            topic = f"resume-cpu-{uuid.uuid4().hex[:6]}"
+            load({"bootstrap.servers": source}, Workload(
+                topic=topic, records=args.cpu_records, partitions=args.partitions,
+                codec=args.cpu_codec, value_bytes=200, keys=1000, headers=1,
+                batch_bytes=256_000, linger_ms=20))
+            compressed = _compressed_bytes(source, topic)
+            cpu = [cpu_run(source, target, mode, topic, args.cpu_records, work, compressed,
+                           args.partitions, run)
+                   for run in range(args.repeat) for mode in MODES]
     with open(args.out, "a") as out:
         for row in results + cpu:
             out.write(json.dumps(row) + "\n")
@@ -204,8 +208,10 @@ def main() -> int:
               f"{r['duplicates']} of {r['records']}, order kept {r['order_kept']}; time to "
               f"resume (start -> target grows) median {_median(r['resume_s'], 's')}; target "
               f"walk median {_median(r['resume_walk_ms'], 'ms')}")
-    print(f"CPU per GB ({args.cpu_records} records, {compressed / 1e6:.0f} MB compressed, "
-          f"median of {args.repeat}):")
+    if not cpu:
+        return 0
+    print(f"CPU per GB ({args.cpu_records} {args.cpu_codec} records, {compressed / 1e6:.0f} MB "
+          f"compressed, median of {args.repeat}, start-up excluded):")
     for mode in MODES:
         rows = [c for c in cpu if c["mode"] == mode]
         print(f"  {mode:>13}: {statistics.median(c['cpu_s_per_gb'] for c in rows):.2f} CPU s/GB,"

@@ -64,8 +64,9 @@ Cost: one read of the target from ``T`` to its end - at most what was written si
 commit (``offset.commit.interval.ms``) plus what was in flight - and of as many source batches.
 
 Out of scope: ``BatchForwarder`` programs (they route each batch themselves, so no target
-partition goes with a source partition); transactional exactly-once flows, which resume from
-the target-side group instead (the engine then builds no ``TargetResume``).
+partition goes with a source partition: ``EngineCore.routes_by_partition`` is False); transactional
+exactly-once flows, which resume from the target-side group instead (``EngineCore.run`` builds no
+``TargetResume`` when ``exactly_once`` is on).
 """
 
 from __future__ import annotations
