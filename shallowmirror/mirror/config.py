@@ -137,8 +137,10 @@ MIRROR_SETTINGS = SettingsTable(
                 "the flow is restarted with backoff and the others keep going.", scope="flow"),
         Setting("task.shutdown.graceful.timeout.ms", "int", 30000,
                 "On SIGTERM/SIGINT, how long a flow may take to finish in-flight batches and "
-                "commit before the process gives up on it (exit status 1; records after the "
-                "last commit are mirrored again on restart).", scope="flow", minimum=0),
+                "commit before the process gives up on it (exit status 1; records copied after "
+                "the last commit are found on the target on restart with "
+                "resume.from.target=true, mirrored again without it).", scope="flow",
+                minimum=0),
         Setting("status.interval.seconds", "float", 30.0,
                 "Period of the status line (per flow: MB/s, records/s, lag); 0 turns it off.",
                 scope="process", minimum=0),
