@@ -137,6 +137,8 @@ class EngineStats:
     producer_id: int = -1
     producer_epoch: int = -1
     duplicates_acked_unknown_offset: int = 0
+    #: Seconds from ``run`` to each start-up phase reached (``engine.startup.PHASES``).
+    startup: dict[str, float] = field(default_factory=dict)
 
     @property
     def records(self) -> int:

@@ -28,6 +28,13 @@ ENGINE_SETTINGS = SettingsTable(
                 "group: share partitions with other engines of the same group.id through the "
                 "consumer-group protocol; all: take every partition of the topics (one engine), "
                 "still committing offsets under group.id.", choices=("group", "all")),
+        Setting("group.instance.id", "str", None,
+                "Static group membership (KIP-345): a restart within session.timeout.ms gets "
+                "its partitions back at once, without a rebalance (a new group's first join "
+                "still waits the broker's group.initial.rebalance.delay.ms, 3 s by default). "
+                "Unique per process; with tasks.max above 1 each task adds -<task index>. "
+                "A stopped static member keeps its partitions until session.timeout.ms ends.",
+                scope="flow"),
         Setting("session.timeout.ms", "int", 10000,
                 "Group session timeout of the membership consumer (a dead engine's partitions "
                 "move after this long).", minimum=1000),

@@ -52,6 +52,7 @@ from shallowmirror.engine.resume import (
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
+from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.transactions import TransactionalSinks
 from shallowmirror.errors import (
     BrokerError,
@@ -132,11 +133,14 @@ class EngineCore:
         """Mirror until ``stop`` is set (or a fatal error); commit on the way out."""
         stop = stop or asyncio.Event()
         self.runtime.loop = loop = asyncio.get_running_loop()
+        startup = self.runtime.startup = StartupTimeline()
         self.source = self.cluster_factory(self.source_config, self.source_alias)
         self.target = self.cluster_factory(self.target_config, self.target_alias)
         try:
             await self.source.start()
+            startup.mark("source metadata")
             await self.target.start()
+            startup.mark("target metadata")
             self.sources.start(self.source)
             await self.sinks.start(self.target)
             if self.settings["resume.from.target"] and self.routes_by_partition \
@@ -144,13 +148,15 @@ class EngineCore:
                 self.resume = TargetResume(
                     self.source, self.target, group_id=self.group_id,
                     read_committed=self.settings["isolation.level"] == "read_committed")
+            startup.mark("producer id")
             self.membership = self.membership_factory(
                 self.source_config, group_id=self.group_id,
                 mode=self.settings["partition.assignment"],
                 session_timeout_ms=self.settings["session.timeout.ms"],
                 heartbeat_interval_ms=self.settings["heartbeat.interval.ms"], loop=loop,
                 on_assigned=self._on_assigned, on_revoked=self._on_revoked,
-                source_alias=self.source_alias, on_failed=self._membership_failed)
+                source_alias=self.source_alias, on_failed=self._membership_failed,
+                group_instance_id=self.settings["group.instance.id"])
             self.membership.start([])
             source = Where(cluster=self.source_alias)
             self.supervisor.spawn_loop(
@@ -216,14 +222,17 @@ class EngineCore:
     # ------------------------------------------------------------------ ownership
     async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:
         assert self.source is not None
+        self._mark_membership_phases()
         await self.source.refresh_metadata(sorted({t for t, _ in tps}))
         metadata = getattr(committed, "metadata", {})
         if isinstance(self.sinks, TransactionalSinks):   # resume from the target's group
             committed = await self.sinks.take_over(tps, committed)
         assigned = []
+        # One ListOffsets per leader for every partition without a committed offset.
+        starts = await self.sources.start_positions(tps, committed, self.group_id)
+        self.runtime.startup.mark("positions known")
         for tp in tps:
-            position, skip = await self.sources.start_position(tp, committed.get(tp),
-                                                                self.group_id)
+            position, skip = starts[tp]
             omap = self.offset_maps.setdefault(tp, OffsetMap())
             sp = SourcePartition(tp[0], tp[1], position, omap)
             sp.skip_to_high_watermark = skip
@@ -297,6 +306,7 @@ class EngineCore:
             except Exception as err:  # noqa: BLE001 - the periodic commit carries it later
                 log.warning("commit of %d resumed positions to %s failed: %s", len(now),
                             self.source_alias, err)
+        self.runtime.startup.mark("target read")
         for sp in started:
             sp.paused = False
             self.sources.attach(sp)
@@ -345,6 +355,15 @@ class EngineCore:
                      self._where(sp.tp), len(outcome.rows), outcome.records,
                      outcome.target_bytes, outcome.rows[0].source_base, target[0], target[1],
                      position, committed)
+
+    def _mark_membership_phases(self) -> None:
+        """Start-up phases the membership thread timed (a scripted membership may not)."""
+        startup = self.runtime.startup
+        for phase, attr in (("subscribed", "subscribed_at"), ("assigned", "assigned_at"),
+                            ("offsets fetched", "committed_at")):
+            at = getattr(self.membership, attr, None)
+            if at is not None:
+                startup.mark(phase, at)
 
     async def _on_revoked(self, tps: list[TP], commit: bool) -> Positions:
         """Stop fetching ``tps``, give in-flight batches a chance to finish, abandon the rest."""
@@ -404,6 +423,8 @@ class EngineCore:
             batch._finish(target_base, None)
             return
         sp.offsets.ack(batch.entry, target_base)
+        if not self.runtime.startup.done:
+            self.runtime.startup.mark("first record")
         if self.hooks.batch_acknowledged:
             assert batch.target_topic is not None and batch.target_partition is not None
             self.hooks.batch_acknowledged(BatchAck(
@@ -495,7 +516,8 @@ class EngineCore:
             budget_bytes_in_use=self.budget.in_use_bytes,
             budget_peak_bytes=self.budget.peak_bytes, producer_id=self.identity.producer_id,
             producer_epoch=self.identity.producer_epoch,
-            duplicates_acked_unknown_offset=self.duplicates_unknown_offset)
+            duplicates_acked_unknown_offset=self.duplicates_unknown_offset,
+            startup=self.runtime.startup.seconds())
 
     def offset_map(self, topic: str, partition: int) -> OffsetMap:
         return self.offset_maps.setdefault((topic, partition), OffsetMap())

@@ -103,7 +103,8 @@ class Membership:
                  session_timeout_ms: int, heartbeat_interval_ms: int,
                  loop: asyncio.AbstractEventLoop, on_assigned: OnAssigned,
                  on_revoked: OnRevoked, source_alias: str = "source",
-                 on_failed: Callable[[BaseException], None] | None = None) -> None:
+                 on_failed: Callable[[BaseException], None] | None = None,
+                 group_instance_id: str | None = None) -> None:
         assert mode in ("group", "all")
         self.group_id = group_id
         self.mode = mode
@@ -127,6 +128,11 @@ class Membership:
             "client.id": f"{conf.get('client.id', 'shallowmirror')}-membership",
             "error_cb": self._error_cb,
         })
+        if group_instance_id:
+            # Static membership (KIP-345): librdkafka then never sends LeaveGroup, so a restart
+            # within session.timeout.ms finds the group Stable and gets its assignment back
+            # without a rebalance (and without group.initial.rebalance.delay.ms).
+            conf["group.instance.id"] = group_instance_id
         self._conf = conf
         self._commands: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -134,6 +140,11 @@ class Membership:
         self._ended = False
         self.assigned: set[TP] = set()
         self.last_error: str | None = None
+        #: ``time.monotonic()`` of the first subscription, the latest assignment and its
+        #: committed offsets (the engine's start-up timeline reads them).
+        self.subscribed_at: float | None = None
+        self.assigned_at: float | None = None
+        self.committed_at: float | None = None
 
     # ---- engine side (event loop thread) ----
     def start(self, topics: Sequence[str]) -> None:
@@ -145,11 +156,15 @@ class Membership:
     def set_topics(self, topics: Sequence[str]) -> None:
         """Subscribe to these topics (group mode)."""
         if self.mode == "group":
+            if topics and self.subscribed_at is None:
+                self.subscribed_at = time.monotonic()
             self._commands.put(("subscribe", list(topics)))
 
     def set_partitions(self, partitions: Sequence[TP]) -> None:
         """Own exactly these partitions (mode ``all``)."""
         assert self.mode == "all"
+        if partitions and self.subscribed_at is None:
+            self.subscribed_at = time.monotonic()
         self._commands.put(("assign", list(partitions)))
 
     def commit(self, offsets: Mapping[TP, int]) -> concurrent.futures.Future:
@@ -278,7 +293,9 @@ class Membership:
                                f"{self.group_id} on cluster {self.source_alias} failed: {err}") from err
 
     def _announce(self, consumer: Consumer, partitions: list[TP]) -> None:
+        self.assigned_at = time.monotonic()
         committed = self._committed_with_retries(consumer, partitions)
+        self.committed_at = time.monotonic()
         offsets = Positions()
         for tp in committed:
             key = (tp.topic, tp.partition)

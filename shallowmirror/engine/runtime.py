@@ -16,6 +16,7 @@ from typing import Any
 
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.budget import ByteBudget
+from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.supervisor import Supervisor
 from shallowmirror.net import AuthenticationFailedError
 
@@ -74,6 +75,8 @@ class Runtime:
         #: Notified whenever batches are acknowledged, fail or are abandoned, a request ends, a
         #: fetch reports a high watermark, or the engine fails: what waits on progress waits on it.
         self.progress = Signal()
+        #: Where the start-up time goes (reset when ``run`` begins; see engine.startup).
+        self.startup = StartupTimeline()
         self._unreachable_logged: dict[str, float] = {}
 
     def wake_soon(self, event: asyncio.Event | Signal | None) -> None:

@@ -39,6 +39,7 @@ from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.runtime import Runtime
+from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.supervisor import partitions_text, where_of
 from shallowmirror.errors import (
     BrokerError,
@@ -206,6 +207,9 @@ class Source:
         records = part.records
         if records is None or len(records) == 0:
             return
+        startup = self.owner.startup
+        if not startup.done:
+            startup.mark("first fetch")
         position = sp.fetch_position
         where = Where(cluster=self.owner.alias, topic=sp.topic, partition=sp.partition,
                       offset=position)
@@ -415,6 +419,10 @@ class Sources:
         return self.runtime.budget
 
     @property
+    def startup(self) -> StartupTimeline:
+        return self.runtime.startup
+
+    @property
     def stopping(self) -> bool:
         return self.runtime.stopping
 
@@ -463,37 +471,94 @@ class Sources:
     def _list_offsets_isolation(self) -> int:
         return 1 if self.settings["isolation.level"] == "read_committed" else 0
 
-    async def list_offset(self, tp: TP, timestamp: int) -> int:
-        """The offset ListOffsets answers for ``tp`` (-2 earliest, -1 latest), retried with
-        backoff through leader moves and lost connections."""
+    async def list_offsets(self, tps: list[TP], timestamp: int) -> dict[TP, int]:
+        """What ListOffsets answers for each of ``tps`` (-2 earliest, -1 latest): one request
+        per leader, all leaders at once; the partitions answered with a retriable error (leader
+        moved, connection lost) are asked again after a backoff and a metadata refresh.
+
+        On assignment this is one round trip for a thousand partitions, where one request per
+        partition (as before) cost a round trip each before the first fetch."""
         assert self.cluster is not None
+        found: dict[TP, int] = {}
+        todo = sorted(set(tps))
         backoff = self.backoff()
         while True:
-            try:
-                # Under read_committed "latest" is the last stable offset (isolation_level=1, as
-                # the Java consumer asks): past it, records of open transactions would be skipped.
-                return await list_offset(self.cluster, tp, timestamp,
-                                         isolation_level=self._list_offsets_isolation)
-            except BrokerError as err:
-                if not (err.retriable or broker_error_info(err.code).invalid_metadata):
-                    raise
-            except ConnectionFailedError as err:
-                self.note_unreachable(err)
+            by_leader: dict[int | None, list[TP]] = {}
+            for tp in todo:
+                by_leader.setdefault(self.cluster.leader(*tp), []).append(tp)
+            retry = by_leader.pop(None, [])
+            answers = await asyncio.gather(*(
+                self._list_offsets_at(node, part, timestamp) for node, part in by_leader.items()))
+            for offsets, again in answers:
+                found.update(offsets)
+                retry.extend(again)
+            if not retry:
+                return found
+            todo = sorted(retry)
             await asyncio.sleep(backoff.next_s())
-            await self.cluster.refresh_metadata([tp[0]])
+            with contextlib.suppress(ConnectionFailedError):
+                await self.cluster.refresh_metadata(sorted({t for t, _ in todo}))
+
+    async def _list_offsets_at(self, node_id: int, tps: list[TP],
+                               timestamp: int) -> tuple[dict[TP, int], list[TP]]:
+        """One ListOffsets to broker ``node_id``: (offsets found, partitions to ask again).
+        A non-retriable partition error is raised, naming the partition."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append(partition)
+        Topic = ListOffsetsRequest.ListOffsetsTopic
+        # Under read_committed "latest" is the last stable offset (isolation_level=1, as the
+        # Java consumer asks): past it, records of open transactions would be skipped.
+        req = ListOffsetsRequest(
+            replica_id=-1, isolation_level=self._list_offsets_isolation,
+            topics=[Topic(name=topic, partitions=[
+                Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1,
+                                           timestamp=timestamp) for p in parts])
+                for topic, parts in by_topic.items()])
+        try:
+            conn = await self.connection(node_id)
+            # Versions: net.protocol.API_VERSIONS, capped by what the broker announces.
+            req.API_VERSION = conn.api_version(ListOffsetsRequest.API_KEY,
+                                               versions(ListOffsetsRequest.API_KEY))
+            resp = await conn.request(req)
+        except ConnectionFailedError as err:
+            self.note_unreachable(err)
+            return {}, list(tps)
+        found: dict[TP, int] = {}
+        for topic in resp.topics:
+            for part in topic.partitions:
+                tp = (topic.name, part.partition_index)
+                if part.error_code == 0:
+                    found[tp] = part.offset
+                    continue
+                err = BrokerError(part.error_code, self._where_obj(tp), "in ListOffsets")
+                if not (err.retriable or broker_error_info(part.error_code).invalid_metadata):
+                    raise err
+        return found, [tp for tp in tps if tp not in found]
+
+    async def list_offset(self, tp: TP, timestamp: int) -> int:
+        """The offset ListOffsets answers for ``tp`` (see ``list_offsets``)."""
+        return (await self.list_offsets([tp], timestamp))[tp]
 
     # ---- where a partition starts ----
-    async def start_position(self, tp: TP, committed: int | None,
-                             group_id: str) -> tuple[int, bool]:
-        """(position, skip to the high watermark first): the committed offset, else
-        ``auto.offset.reset`` through ListOffsets."""
-        if committed is not None:
-            return committed, False
+    async def start_positions(self, tps: list[TP], committed: Mapping[TP, int | None],
+                              group_id: str) -> dict[TP, tuple[int, bool]]:
+        """Per partition (position, skip to the high watermark first): the committed offset,
+        else ``auto.offset.reset`` through ListOffsets (batched per leader)."""
+        starts: dict[TP, tuple[int, bool]] = {
+            tp: (committed[tp], False) for tp in tps if committed.get(tp) is not None}  # type: ignore[misc]
+        missing = [tp for tp in tps if tp not in starts]
+        if not missing:
+            return starts
         reset = self.settings["auto.offset.reset"]
-        position = await self.list_offset(tp, -2 if reset == "earliest" else -1)
-        log.info("%s: no committed offset under group %s; starting at %d "
-                 "(auto.offset.reset=%s)", self._where(tp), group_id, position, reset)
-        return position, reset == "latest"
+        found = await self.list_offsets(missing, -2 if reset == "earliest" else -1)
+        for tp in missing:
+            starts[tp] = (found[tp], reset == "latest")
+        shown = ", ".join(f"{t}-{p} at {found[(t, p)]}" for t, p in missing[:5])
+        log.info("cluster %s: %d partitions have no committed offset under group %s; starting "
+                 "at auto.offset.reset=%s (%s%s)", self.alias, len(missing), group_id, reset,
+                 shown, ", ..." if len(missing) > 5 else "")
+        return starts
 
     # ---- which broker fetches a partition ----
     def attach(self, sp: SourcePartition) -> None:

@@ -184,7 +184,7 @@ CLIENT_KEY_PREFIXES = ("bootstrap.servers", "security.protocol", "ssl.", "sasl."
 CONSUMER_ENGINE_KEYS = frozenset({
     "group.id", "session.timeout.ms", "heartbeat.interval.ms", "isolation.level",
     "auto.offset.reset", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.max.wait.ms",
-    "fetch.min.bytes", "metadata.max.age.ms", "partition.assignment",
+    "fetch.min.bytes", "metadata.max.age.ms", "partition.assignment", "group.instance.id",
 })
 PRODUCER_ENGINE_KEYS = frozenset({
     "acks", "enable.idempotence", "max.in.flight.requests.per.connection", "max.request.size",

@@ -147,6 +147,9 @@ class FlowRunner:
         if self.flow.shallow:
             engine_cls = _engine_classes()
             settings = dict(self.flow.engine_settings)
+            if settings.get("group.instance.id") and self.flow.settings["tasks.max"] > 1:
+                # One static member per task: a shared instance id fences the others.
+                settings["group.instance.id"] = f"{settings['group.instance.id']}-{index}"
             engine = engine_cls(source, target, topics=list(self.ready_topics),
                                 topic_mapper=self.flow.remote_topic, flow=self.flow.name,
                                 source_alias=self.flow.source, target_alias=self.flow.target,

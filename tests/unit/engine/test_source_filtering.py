@@ -18,6 +18,7 @@ from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.config import resolve_settings
 from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.source import Source
+from shallowmirror.engine.startup import StartupTimeline
 
 
 def batch(base: int, count: int, *, pid: int = -1, txn: bool = False, control_abort=None,
@@ -49,6 +50,7 @@ class FakeCore:
         self.delivered: list = []
         self.stopped: list = []
         self.stopping = False
+        self.startup = StartupTimeline()
 
     def deliver_all(self, sp, batches) -> None:
         self.delivered.extend(batches)
