@@ -12,7 +12,7 @@ import json
 import sys
 
 from shallowmirror.bench.matrix import (
-    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_SIZES,
     DEFAULT_PARTITIONS,
     DEFAULT_RECORDS,
     DEFAULT_VALUE_BYTES,
@@ -51,8 +51,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--codecs", default="lz4,zstd,gzip", help="none,gzip,snappy,lz4,zstd")
     p.add_argument("--records", default=str(DEFAULT_RECORDS), help="record counts, e.g. 1m,100k")
     p.add_argument("--value-bytes", default=str(DEFAULT_VALUE_BYTES), help="value sizes")
-    p.add_argument("--batch-bytes", default=str(DEFAULT_BATCH_BYTES),
-                   help="producer batch.size values, e.g. 16KiB,256KiB")
+    p.add_argument("--batch-bytes", default=",".join(str(b) for b in DEFAULT_BATCH_SIZES),
+                   help="producer batch.size values (default: 16 KiB and 256 KiB), e.g. "
+                        "16KiB,256KiB")
     p.add_argument("--partitions", default=str(DEFAULT_PARTITIONS), help="partition counts")
     p.add_argument("--modes", default=DEFAULT_MODES,
                    help="shallow,deep-confluent,deep-kafka-python,fetch-only,mm2,external "

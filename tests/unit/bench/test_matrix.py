@@ -43,3 +43,15 @@ def test_parse_str_list_and_empty_list():
     assert parse_list(" lz4, zstd ,") == ["lz4", "zstd"]
     with pytest.raises(ValueError):
         parse_list(" , ")
+
+
+def test_default_bench_matrix_runs_16_kib_and_256_kib_batches():
+    """`shallowmirror bench` without --batch-bytes measures both the Java producer's default
+    batch.size (16 KiB, where the cost per batch decides) and the 256 KiB goal workload."""
+    from shallowmirror.cli.main import build_parser
+
+    args = build_parser().parse_args(["bench"])
+    sizes = parse_list(args.batch_bytes, int)
+    assert sizes == [16_384, 262_144]
+    ws = expand(["lz4"])
+    assert [w.batch_bytes for w in ws] == [16_384, 262_144]
