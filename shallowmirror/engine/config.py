@@ -120,6 +120,11 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("multiple.batches.per.partition", "bool", False,
                 "KIP-712: several batches of one partition in one Produce request. Stock "
                 "brokers reject this; only for brokers that accept it."),
+        Setting("fetch.session.enable", "bool", True,
+                "Incremental Fetch sessions (KIP-227): after the first request a source broker "
+                "is sent only the partitions whose position changed, so an idle partition "
+                "costs nothing per fetch (thousands of partitions). Brokers without sessions "
+                "(tansu) are fetched in full automatically."),
         Setting("crc.check", "bool", True, "Verify every source batch's CRC-32C before "
                 "forwarding it."),
         Setting("metrics.file", "str", None, "JSON-lines metrics file (flow + process "

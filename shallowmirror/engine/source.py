@@ -37,6 +37,7 @@ from shallowmirror.codec import deep
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
+from shallowmirror.engine.fetch_session import FetchSession
 from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.startup import StartupTimeline
@@ -80,6 +81,8 @@ class Source:
         #: Partitions already warned about transactional data under read_uncommitted.
         self.warned_transactional: set = set()
         self.verify_crc = settings["crc.check"]
+        #: KIP-227: only changed partitions are sent once the broker holds a session.
+        self.session = FetchSession(settings["fetch.session.enable"])
         self.legacy_convert = settings["legacy.format"] == "convert"
         #: How far a batch rebuilt on the deep path may decompress (decompression bombs).
         self.deep_limit = deep.DecompressionLimit(
@@ -147,28 +150,51 @@ class Source:
                  max_bytes: int | None = None) -> Any:
         max_bytes = self.max_bytes if max_bytes is None else max_bytes
         per_partition = fair_partition_bytes(max_bytes, len(ready), self.partition_max_bytes)
+        isolation = 1 if self.read_committed else 0
+        if version < 7 or not self.session.enabled:          # sessions: Fetch v7+
+            return fetch_request(
+                version, ((t, p, self.partitions[(t, p)].fetch_position, per_partition)
+                          for t, p in ready),
+                max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
+                isolation_level=isolation)
+        session_id, epoch, send, forget = self.session.build(
+            [(tp, self.partitions[tp].fetch_position, per_partition) for tp in ready])
         return fetch_request(
-            version, ((t, p, self.partitions[(t, p)].fetch_position, per_partition)
-                      for t, p in ready),
+            version, ((t, p, offset, limit) for (t, p), offset, limit in send),
             max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
-            isolation_level=1 if self.read_committed else 0)
+            isolation_level=isolation, session_id=session_id, session_epoch=epoch,
+            forgotten=forget)
 
     async def _fetch_once(self, ready: list[tuple[str, int]],
                           max_bytes: int | None = None) -> None:
         conn = await self.owner.connection(self.node_id)
         version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
         asked = {tp: self.partitions[tp].fetch_position for tp in ready}
-        frame = await conn.request_frame(self._request(version, ready, max_bytes))
+        incremental = self.session.active
+        try:
+            frame = await conn.request_frame(self._request(version, ready, max_bytes))
+        except BaseException:
+            self.session.reset()        # whether the broker saw that epoch is unknown
+            raise
         self.fetches += 1
         if frame is None:
+            self.session.reset()
             return
         response = codec.decode_fetch_response(frame, version)
+        if not self.session.answered(response.error_code, response.session_id):
+            log.info("source broker %d dropped the fetch session (error %d); fetching in full",
+                     self.node_id, response.error_code)
+            return
         if response.error_code:
+            self.session.reset()
             raise BrokerError(response.error_code, Where(cluster=self.owner.alias),
                               "in a Fetch response")
         lease = FrameLease(self.budget, len(frame))
-        # KIP-74: the first partition of a full-size fetch gets its first batch whole.
-        must_progress = ready[0] if max_bytes is None or max_bytes >= self.max_bytes else None
+        # KIP-74: the first partition of a full-size fetch gets its first batch whole (in a
+        # session: the first partition the broker answered with records, in its own order).
+        must_progress = None
+        if max_bytes is None or max_bytes >= self.max_bytes:
+            must_progress = _first_with_records(response) if incremental else ready[0]
         try:
             for topic in response.topics:
                 for part in topic.partitions:
@@ -368,6 +394,14 @@ async def list_offset(cluster: Cluster, tp: TP, timestamp: int, *, isolation_lev
         raise BrokerError(part.error_code, Where(cluster=cluster.alias, topic=tp[0],
                                                  partition=tp[1]), "in ListOffsets")
     return part.offset
+
+
+def _first_with_records(response: Any) -> tuple[str, int] | None:
+    for topic in response.topics:
+        for part in topic.partitions:
+            if part.records is not None and len(part.records):
+                return (topic.topic, part.partition)
+    return None
 
 
 Router = Callable[[FetchedBatch], None]

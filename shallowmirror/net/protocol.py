@@ -66,9 +66,12 @@ def versions(api_key: int) -> tuple[int, int]:
 
 def fetch_request(version: int, partitions: Iterable[tuple[str, int, int, int]], *,
                   max_wait_ms: int, min_bytes: int, max_bytes: int,
-                  isolation_level: int = 0):
-    """A FetchRequest (no fetch session, no rack) for ``(topic, partition, fetch_offset,
-    partition_max_bytes)`` entries, grouped by topic in the order given."""
+                  isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1,
+                  forgotten: Iterable[tuple[str, int]] = ()):
+    """A FetchRequest (no rack) for ``(topic, partition, fetch_offset, partition_max_bytes)``
+    entries, grouped by topic in the order given. Sessionless by default (epoch -1); a fetch
+    session (KIP-227, ``engine.fetch_session``) passes its id, epoch and the partitions to
+    forget."""
     topics: dict[str, list] = {}
     for topic, partition, fetch_offset, partition_max_bytes in partitions:
         topics.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
@@ -76,6 +79,13 @@ def fetch_request(version: int, partitions: Iterable[tuple[str, int, int, int]],
             log_start_offset=-1, partition_max_bytes=partition_max_bytes))
     return FetchRequest[version](
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-        isolation_level=isolation_level, session_id=0, session_epoch=-1,
+        isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch,
         topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-        forgotten_topics_data=[], rack_id="")
+        forgotten_topics_data=_forgotten(forgotten), rack_id="")
+
+
+def _forgotten(partitions: Iterable[tuple[str, int]]) -> list:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return [FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
