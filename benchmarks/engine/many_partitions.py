@@ -1,0 +1,234 @@
+"""Many partitions: one busy topic among thousands of nearly idle partitions, against the busy
+topic alone.
+
+    .venv/bin/python benchmarks/engine/many_partitions.py [--broker kafka|tansu]
+        [--kafka-home DIR] [--sizes 1000,10000] [--per-topic 10] [--busy-records 300000]
+        [--value-bytes 300] [--batch-bytes 262144] [--sessions on,off] [--idle-s 5]
+        [--out many_partitions.jsonl]
+
+Per size S (idle partitions): start a source and a target cluster (real Kafka by default; each
+size gets fresh clusters), create S/per-topic small topics of ``--per-topic`` partitions on both
+(in chunks: 10,000 partitions take a while), write one lz4 record into every small partition,
+load the busy topic (8 partitions, ``--busy-records`` lz4 records), then run child processes, each
+a fresh engine (``partition.assignment=all``, a fresh group, from offset 0):
+
+1. ``busy``: only the busy topic (8 partitions): the reference;
+2. ``many``: the busy topic and every small topic (8 + S partitions), per ``--sessions`` value.
+
+Each child reports, from ``engine ready`` until every partition is caught up: wall time, its own
+CPU (user+sys), peak RSS, bytes moved (all, and the busy topic's), Fetch requests and the
+partition entries they carried; then, idle for ``--idle-s`` seconds, the Fetch requests and
+entries again (what a fetch costs when nothing changes). Nothing is asserted; figures go to
+``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+BUSY = "busy"
+BUSY_PARTITIONS = 8
+
+
+# ---------------------------------------------------------------- child: one engine run
+def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    import psutil
+
+    from shallowmirror.engine import MirrorEngine
+    from shallowmirror.net.connection import BrokerConnection
+    from shallowmirror.net.protocol import FETCH_API_KEY
+
+    counts = {"requests": 0, "entries": 0}
+    original = BrokerConnection.request_frame
+
+    async def observed(self, req, *args, **kwargs):
+        if req.API_KEY == FETCH_API_KEY:
+            counts["requests"] += 1
+            counts["entries"] += sum(len(t.partitions) for t in req.topics)
+        return await original(self, req, *args, **kwargs)
+
+    BrokerConnection.request_frame = observed
+    settings = {"partition.assignment": "all", "group.id": f"many-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest", **spec["settings"]}
+    engine = MirrorEngine({"bootstrap.servers": spec["source"]},
+                          {"bootstrap.servers": spec["target"]}, topics=spec["topics"],
+                          settings=settings)
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    me = psutil.Process()
+    peak = {"rss": 0}
+
+    def sample_rss() -> None:
+        # Sampled, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
+        peak["rss"] = max(peak["rss"], me.memory_info().rss)
+
+    def caught_up() -> bool:
+        sample_rss()
+        return all(sp.high_watermark >= 0 and sp.offsets.committed >= sp.high_watermark
+                   for sp in engine.partitions.values() if sp.error is None)
+
+    async def run() -> dict[str, Any]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        try:
+            while len(engine.partitions) < spec["partitions"]:
+                if task.done():
+                    await task
+                await asyncio.sleep(0.01)
+            t0, c0, r0 = time.monotonic(), cpu(), dict(counts)
+            # Polled (5/s) rather than engine.wait_caught_up, which re-checks every partition
+            # on each acknowledgement: with 10,000 partitions that would be the benchmark's cost.
+            while not caught_up():
+                if task.done():
+                    await task
+                await asyncio.sleep(0.2)
+            t1, c1, r1 = time.monotonic(), cpu(), dict(counts)
+            for _ in range(int(spec["idle_s"] * 5)):
+                sample_rss()
+                await asyncio.sleep(0.2)
+            r2 = dict(counts)
+        finally:
+            stop.set()
+            await task
+        stats = engine.stats()
+        busy = sum(p.bytes for tp, p in stats.partitions.items() if tp[0] == BUSY)
+        return {"wall_s": t1 - t0, "cpu_s": c1 - c0, "bytes": stats.bytes, "busy_bytes": busy,
+                "records": stats.records, "partitions": len(stats.partitions),
+                "fetches": r1["requests"] - r0["requests"],
+                "fetch_entries": r1["entries"] - r0["entries"],
+                "idle_fetches": r2["requests"] - r1["requests"],
+                "idle_fetch_entries": r2["entries"] - r1["entries"],
+                "peak_rss_mb": peak["rss"] / 2**20,
+                "buffer_memory_mb": engine.settings["buffer.memory"] / 2**20,
+                "startup": stats.startup}
+
+    return asyncio.run(run())
+
+
+# ---------------------------------------------------------------- parent: clusters and data
+def _create_topics(config: dict[str, str], names: list[str], partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(config)
+    for i in range(0, len(names), 100):
+        chunk = [NewTopic(n, num_partitions=partitions, replication_factor=1)
+                 for n in names[i:i + 100]]
+        for future in admin.create_topics(chunk, operation_timeout=120).values():
+            future.result()
+
+
+def _one_record_each(config: dict[str, str], names: list[str], partitions: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({**config, "compression.type": "lz4", "linger.ms": 50})
+    for name in names:
+        for p in range(partitions):
+            while True:
+                try:
+                    producer.produce(name, value=b"v" * 100, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(300) == 0
+
+
+def _run_child(source: Any, target: Any, topics: list[str], partitions: int,
+               settings: dict[str, Any], idle_s: float) -> dict[str, Any]:
+    spec = {"source": source.bootstrap, "target": target.bootstrap, "topics": topics,
+            "partitions": partitions, "settings": settings, "idle_s": idle_s}
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                         capture_output=True, text=True, timeout=3600, env=os.environ)
+    if out.returncode:
+        raise RuntimeError(f"child failed: {out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _clusters(args: argparse.Namespace):
+    if args.broker == "kafka":
+        from shallowmirror.testing.kafka import kafka_clusters
+
+        return kafka_clusters("source", "target", kafka_home=args.kafka_home,
+                              overrides={"num.partitions": "1"})
+    from shallowmirror.testing import embedded
+
+    return embedded.embedded_clusters("source", "target")
+
+
+def _row(size: int, mode: str, sessions: str, got: dict[str, Any]) -> str:
+    gb = got["bytes"] / 1e9
+    return (f"{size:>6} {mode:5s} sessions={sessions:3s} partitions {got['partitions']:>6}: "
+            f"busy {got['busy_bytes'] / 1e6 / got['wall_s']:7.1f} MB/s, "
+            f"CPU {got['cpu_s'] / gb if gb else 0:6.2f} s/GB, RSS {got['peak_rss_mb']:6.0f} MB "
+            f"(buffer.memory {got['buffer_memory_mb']:.0f}), "
+            f"fetches {got['fetches']} x {got['fetch_entries'] / max(1, got['fetches']):.0f} "
+            f"entries; idle {got['idle_fetches']} x "
+            f"{got['idle_fetch_entries'] / max(1, got['idle_fetches']):.0f} entries")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
+    parser.add_argument("--kafka-home")
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--per-topic", type=int, default=10)
+    parser.add_argument("--busy-records", type=int, default=300_000)
+    parser.add_argument("--value-bytes", type=int, default=300)
+    parser.add_argument("--batch-bytes", type=int, default=262_144)
+    parser.add_argument("--sessions", default="on,off")
+    parser.add_argument("--idle-s", type=float, default=5.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(json.loads(args.child))), flush=True)
+        return 0
+    from shallowmirror.testing.workload import Workload, create_topic, load
+
+    extra = dict(item.split("=", 1) for item in args.set)
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        names = [f"small-{i:05d}" for i in range(size // args.per_topic)]
+        with _clusters(args) as (source, target):
+            started = time.monotonic()
+            for cluster in (source, target):
+                _create_topics(cluster.client_config(), names, args.per_topic)
+            print(f"{size} small partitions created on both clusters in "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
+            _one_record_each(source.client_config(), names, args.per_topic)
+            load(source.client_config(), Workload(
+                topic=BUSY, records=args.busy_records, partitions=BUSY_PARTITIONS, codec="lz4",
+                value_bytes=args.value_bytes, batch_bytes=args.batch_bytes, linger_ms=100))
+            create_topic(target.client_config(), Workload(topic=BUSY,
+                                                          partitions=BUSY_PARTITIONS))
+            runs = [("busy", "on", [BUSY], BUSY_PARTITIONS)] + [
+                ("many", s, [BUSY, *names], BUSY_PARTITIONS + size)
+                for s in args.sessions.split(",")]
+            for mode, sessions, topics, partitions in runs:
+                settings = {**extra, "fetch.session.enable": sessions == "on"}
+                got = _run_child(source, target, topics, partitions, settings, args.idle_s)
+                got.update(size=size, mode=mode, sessions=sessions, broker=args.broker)
+                rows.append(got)
+                print(_row(size, mode, sessions, got), flush=True)
+    if args.out:
+        with open(args.out, "a") as out:
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
