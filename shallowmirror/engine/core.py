@@ -56,6 +56,7 @@ from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.transactions import TransactionalSinks
 from shallowmirror.errors import (
     BrokerError,
+    ConfigError,
     ConnectionFailedError,
     LocatedError,
     ShallowMirrorError,
@@ -98,6 +99,10 @@ class EngineCore:
         self.budget = self.runtime.budget
         #: Transactional exactly-once (engine.transactions) replaces the at-least-once sinks.
         self.exactly_once = exactly_once(self.settings)
+        if self.exactly_once and not self.routes_by_partition:
+            raise ConfigError("exactly-once needs every batch of a source partition to go to one "
+                              "known target partition (MirrorEngine): its offsets are committed "
+                              "under that target partition")
         self.sinks: Sinks | TransactionalSinks = (
             TransactionalSinks(self.runtime, self, alias=target_alias, source_alias=source_alias,
                                group_id=self.group_id, flow=self.flow,

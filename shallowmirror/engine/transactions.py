@@ -610,6 +610,9 @@ class TransactionalSinks:
     async def start(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.coordinators = Coordinators(cluster, self.alias)
+        log.info("exactly-once: one transactional producer per source partition on %s, "
+                 "source offsets committed in the transactions to group %s there",
+                 self.alias, self.group_id)
 
     def values(self) -> list[PartitionTransaction]:
         return list(self.partitions.values())

@@ -597,13 +597,18 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                             f"engine, so tasks.max must be 1 (it is {settings['tasks.max']}); "
                             "run it in one process only")
         try:
-            from shallowmirror.engine.config import resolve_settings
-            resolve_settings(engine_raw, context=flow)
+            from shallowmirror.engine.config import exactly_once, resolve_settings
+            resolved = resolve_settings(engine_raw, context=flow)
         except ImportError:  # pragma: no cover
             pass
         except ConfigError as err:
             problems.extend(p for p in err.problems if p not in problems)
             continue
+        else:
+            if exactly_once(resolved) and not settings["use.raw.bytes"]:
+                problems.append(f"{flow}: exactly-once runs on the shallow path only; drop "
+                                "--deep / use.raw.bytes=false or turn exactly-once off")
+                continue
         flows.append(FlowConfig(source, target, settings, engine_raw, **clients))
 
     identity_flows = [f for f in flows if not f.policy.detects_cycles]

@@ -56,3 +56,8 @@ def test_transactional_id_is_unique_per_group_flow_and_partition():
 def test_a_flow_can_turn_it_off_again():
     config = resolve_mm2({**BASE, "exactly.once": "true", "A->B.exactly.once": "false"})
     assert not exactly_once(resolve_settings(config.flows[0].engine_settings))
+
+
+def test_the_deep_path_refuses_exactly_once_instead_of_ignoring_it():
+    with pytest.raises(ConfigError, match="A->B: exactly-once runs on the shallow path only"):
+        resolve_mm2({**BASE, "A->B.exactly.once": "true"}, deep=True)
