@@ -165,9 +165,11 @@ class HeartbeatEmitter:
     interval; it never stops the mirror."""
 
     def __init__(self, pair: HeartbeatPair,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), *,
+                 timeout_s: float = 15.0) -> None:
         self.pair = pair
         self.clock_ms = clock_ms
+        self.timeout_s = timeout_s
         self.emitted = 0
         self.delivered = 0
         self.failing: str | None = None
@@ -180,7 +182,8 @@ class HeartbeatEmitter:
         from shallowmirror.mirror.clients import build_client
 
         ensure_heartbeats_topic(self.pair.target_config, alias=self.pair.target,
-                                replication_factor=self.pair.replication_factor)
+                                replication_factor=self.pair.replication_factor,
+                                timeout_s=self.timeout_s)
         conf = {**_connection_keys(self.pair.target_config), "acks": "all",
                 "linger.ms": 0, "compression.type": "none", "message.timeout.ms": 30000}
         conf.setdefault("client.id", f"shallowmirror-heartbeats-{self.pair.source}-"
@@ -196,12 +199,18 @@ class HeartbeatEmitter:
                          self.pair.target)
             self.failing = None
         else:
-            self._note_failure(f"writing {HEARTBEATS_TOPIC} failed: {err}")
+            self._note_failure(f"cluster {self.pair.target}: writing {HEARTBEATS_TOPIC} failed: "
+                               f"{err}")
+
+    def _why(self, err: Exception) -> str:
+        """The error, naming the target cluster once."""
+        return str(err) if isinstance(err, HeartbeatError) \
+            else f"cluster {self.pair.target}: {type(err).__name__}: {err}"
 
     def _note_failure(self, why: str) -> None:
         if self.failing is None:
-            log.warning("heartbeats %s: cluster %s: %s; trying again every %gs", self.pair.name,
-                        self.pair.target, why, self.pair.interval_s)
+            log.warning("heartbeats %s: %s; trying again every %gs", self.pair.name, why,
+                        self.pair.interval_s)
         self.failing = why
 
     def open(self) -> None:
@@ -216,7 +225,7 @@ class HeartbeatEmitter:
         try:
             await asyncio.to_thread(self.open)
         except Exception as err:  # noqa: BLE001 - run() tries again every interval
-            self._note_failure(str(err))
+            self._note_failure(self._why(err))
 
     def emit_once(self) -> None:
         """Open the writer if needed and queue one heartbeat (blocking: call in a thread)."""
@@ -235,7 +244,7 @@ class HeartbeatEmitter:
                 try:
                     await asyncio.to_thread(self.emit_once)
                 except Exception as err:  # noqa: BLE001 - reported once; next interval retries
-                    self._note_failure(str(err))
+                    self._note_failure(self._why(err))
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.pair.interval_s)
         finally:

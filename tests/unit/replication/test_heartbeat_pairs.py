@@ -62,3 +62,21 @@ def test_latency_is_read_time_minus_heartbeat_time_never_negative() -> None:
     assert latency.observe(Heartbeat("B", "A", 1_000), now_ms=1_250) == 250.0
     assert latency.observe(Heartbeat("B", "A", 2_000), now_ms=1_990) == 0.0   # clock skew
     assert (latency.last_pair, latency.seen) == ("B->A", 2)
+
+
+def test_an_unreachable_target_is_warned_about_once_and_retried(caplog) -> None:
+    import asyncio
+    import logging
+
+    from shallowmirror.replication.heartbeats import HeartbeatEmitter, HeartbeatPair
+
+    # Nothing listens on port 1: the topic cannot be listed or created.
+    pair = HeartbeatPair("A", "B", 0.1, -1, {"bootstrap.servers": "127.0.0.1:1"})
+    emitter = HeartbeatEmitter(pair, timeout_s=0.5)
+    with caplog.at_level(logging.WARNING, logger="shallowmirror.replication.heartbeats"):
+        asyncio.run(emitter.prepare())
+        asyncio.run(emitter.prepare())
+    assert emitter.failing and "cluster B" in emitter.failing
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("heartbeats A->B: cluster B: cannot list topics")
+    assert emitter.emitted == 0
