@@ -44,7 +44,15 @@ def mirrored_pairs(source, topic: str, target, remote: str) -> dict[int, list[tu
     pairs = {}
     for partition, records in src.items():
         copies = dst.get(partition, [])
-        assert len(copies) == len(records), f"partition {partition}: mirror incomplete"
+        if len(copies) != len(records):
+            theirs = {(r.key, r.value) for r in copies}
+            missing = [(r.offset, r.key, r.value) for r in records
+                       if (r.key, r.value) not in theirs]
+            mine = {(r.key, r.value) for r in records}
+            extra = [(r.offset, r.key, r.value) for r in copies if (r.key, r.value) not in mine]
+            raise AssertionError(f"partition {partition}: mirror incomplete: {len(records)} "
+                                 f"source records, {len(copies)} copies; not copied: "
+                                 f"{missing[:5]}; copies not on the source: {extra[:5]}")
         for a, b in zip(records, copies, strict=True):
             assert (a.key, a.value) == (b.key, b.value), (partition, a.offset, b.offset)
         pairs[partition] = [(a.offset, b.offset) for a, b in zip(records, copies, strict=True)]
@@ -305,6 +313,21 @@ def cleaned_by_kafka(cluster, topic: str) -> None:
         return sum(len(v) for v in found.values()) < produced // 2
 
     wait_for(cleaned, 150, "Kafka's log cleaner to compact the source topic")
+
+    # The last rolls leave the log dirty: let the cleaner finish before the mirror reads, so
+    # the source does not change under it (the truth is read from the source afterwards).
+    def offsets() -> list[int]:
+        return [r.offset for r in read_topic(cluster, topic, timeout_s=15)[0]]
+
+    last: list[list[int]] = [offsets()]
+
+    def settled() -> bool:
+        time.sleep(3)
+        now = offsets()
+        same, last[0] = now == last[0], now
+        return same
+
+    wait_for(settled, 90, "Kafka's log cleaner to settle")
 
 
 def test_compacted_gaps_translate_to_the_next_surviving_record(
