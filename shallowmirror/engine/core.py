@@ -32,8 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
@@ -43,21 +42,14 @@ from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
-from shallowmirror.engine.resume import (
-    ResumeOutcome,
-    ResumeRefusedError,
-    TargetResume,
-    fallback_summary,
-)
+from shallowmirror.engine.resume import ResumeStart, TargetResume
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
 from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.transactions import TransactionalSinks
 from shallowmirror.errors import (
-    BrokerError,
     ConfigError,
-    ConnectionFailedError,
     LocatedError,
     ShallowMirrorError,
     Where,
@@ -126,6 +118,7 @@ class EngineCore:
         self.membership: Membership | None = None
         #: Exact resume from the target (engine.resume); None when off or not applicable.
         self.resume: TargetResume | None = None
+        self.resume_start: ResumeStart | None = None
         self.ready = False
 
     # ------------------------------------------------------------------ configuration
@@ -153,6 +146,9 @@ class EngineCore:
                 self.resume = TargetResume(
                     self.source, self.target, group_id=self.group_id,
                     read_committed=self.settings["isolation.level"] == "read_committed")
+                self.resume_start = ResumeStart(
+                    self.resume, self.runtime, self.sources, self.partitions, where=self._where,
+                    source_alias=self.source_alias, group_id=self.group_id)
             startup.mark("producer id")
             self.membership = self.membership_factory(
                 self.source_config, group_id=self.group_id,
@@ -248,118 +244,20 @@ class EngineCore:
         resuming: list[tuple[SourcePartition, TP]] = []
         for sp in assigned:
             self.partitions[sp.tp] = sp
-            if self.resume is None:
+            if self.resume_start is None:
                 self.sources.attach(sp)
                 continue
-            # Until the target's tail is read: not fetched, and commits keep the stored pair.
             target = self.target_partition_of(sp.tp)
-            self.resume.keep(sp.tp, target, sp.offsets.committed, self.resume.stored_point(
-                target, metadata.get(sp.tp)))
-            sp.paused = True
+            self.resume_start.hold(sp, target, metadata.get(sp.tp))
             resuming.append((sp, target))
         if resuming:
+            assert self.resume_start is not None
+            first = {tp for tp in tps if committed.get(tp) is None}
             self.supervisor.spawn(
-                self._resume_from_target(resuming, metadata,
-                                         {tp for tp in tps if committed.get(tp) is None}),
+                self.resume_start.run(resuming, metadata, first, self.membership, self._positions),
                 what="resume from the target", where=Where(cluster=self.target_alias))
         if tps:
             self.hooks.partitions_assigned(list(tps))
-
-    async def _resume_from_target(self, items: list[tuple[SourcePartition, TP]],
-                                  metadata: Mapping[TP, str], first: set[TP]) -> None:
-        """Start each partition after the last source batch already on the target (engine.resume);
-        a partition without a committed offset first commits its start with the target's end."""
-        assert self.resume is not None
-        resume = self.resume
-
-        def attempt(sp: SourcePartition, target: TP) -> Callable[[], Awaitable[ResumeOutcome]]:
-            if sp.tp in first:
-                return lambda: resume.first_start(sp.tp, target, sp.offsets.committed)
-            return lambda: resume.resume(sp.tp, target, sp.offsets.committed,
-                                         metadata.get(sp.tp))
-
-        started_at = time.monotonic()
-        outcomes = await asyncio.gather(*(self._with_retries(sp, attempt(sp, target))
-                                          for sp, target in items))
-        walked = [o for o in outcomes if o is not None and o.fallback is None and o.rows]
-        if walked:
-            log.info("resume from the target: %d of %d partitions read in %.0f ms (%d target "
-                     "bytes matched)", len(walked), len(items),
-                     (time.monotonic() - started_at) * 1000, sum(o.target_bytes for o in walked))
-        fallbacks: dict[TP, str] = {}
-        started = []
-        for (sp, target), outcome in zip(items, outcomes, strict=True):
-            if outcome is None or self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
-                continue                  # stopped, or revoked while reading
-            if outcome.fallback is not None and sp.tp not in first:
-                fallbacks[sp.tp] = outcome.fallback
-            self._start_resumed(sp, target, outcome)
-            started.append(sp)
-        if fallbacks:
-            log.info("cluster %s, group %s: starting at the committed offset (batches copied "
-                     "after the last commit may be mirrored twice): %s", self.source_alias,
-                     self.group_id, fallback_summary(fallbacks))
-        # Committed before any batch moves (first starts: the start with the target's end;
-        # resumed partitions: past what the target holds), so the next owner's walk is short.
-        now = {sp.tp: sp.offsets.committed for sp in started
-               if sp.tp in first or sp.offsets.committed != sp.last_committed_sent}
-        if now and self.membership is not None:
-            try:
-                await asyncio.wrap_future(self.membership.commit(self._positions(now)))
-                for sp in started:
-                    sp.last_committed_sent = now.get(sp.tp, sp.last_committed_sent)
-            except Exception as err:  # noqa: BLE001 - the periodic commit carries it later
-                log.warning("commit of %d resumed positions to %s failed: %s", len(now),
-                            self.source_alias, err)
-        self.runtime.startup.mark("target read")
-        for sp in started:
-            sp.paused = False
-            self.sources.attach(sp)
-        self.runtime.progress.notify()
-
-    async def _with_retries(self, sp: SourcePartition,
-                            attempt: Callable[[], Awaitable[ResumeOutcome]]
-                            ) -> ResumeOutcome | None:
-        """One partition's resume (or first start), retried through connection failures and
-        retriable broker errors while the partition is owned; None once it is stopped."""
-        backoff = self.runtime.backoff()
-        while True:
-            try:
-                return await attempt()
-            except (ConnectionFailedError, BrokerError) as err:
-                if isinstance(err, ConnectionFailedError) or err.retriable:
-                    delay = backoff.next_s()
-                    log.warning("%s: reading the target to resume failed (%s); retrying in "
-                                "%.1fs", self._where(sp.tp), err, delay)
-                    await asyncio.sleep(delay)
-                    if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
-                        return None
-                    continue
-                error: BaseException = err
-            except ResumeRefusedError as err:
-                error = err
-            if self.partitions.get(sp.tp) is sp:
-                self.sources.stop_partition(sp, error)
-            return None
-
-    def _start_resumed(self, sp: SourcePartition, target: TP, outcome: ResumeOutcome) -> None:
-        """Move ``sp`` past what the target already holds and record those batches."""
-        assert self.resume is not None
-        committed = sp.offsets.committed
-        position = max(committed, outcome.position)
-        if position > committed:
-            sp.offsets.add_gap(position)
-        if outcome.rows:
-            sp.offsets.offset_map.forget_from(outcome.rows[0].source_base)
-            for row in outcome.rows:
-                sp.offsets.offset_map.add(row)
-        self.resume.keep(sp.tp, target, position, outcome.point)
-        if outcome.fallback is None and outcome.rows:
-            log.info("%s: resumed from the target: %d batches (%d records, %d bytes) from "
-                     "source offset %d already on %s-%d; fetching starts at %d (committed %d)",
-                     self._where(sp.tp), len(outcome.rows), outcome.records,
-                     outcome.target_bytes, outcome.rows[0].source_base, target[0], target[1],
-                     position, committed)
 
     def _mark_membership_phases(self) -> None:
         """Start-up phases the membership thread timed (a scripted membership may not)."""

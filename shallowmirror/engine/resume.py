@@ -60,6 +60,10 @@ failed) shows as a mismatch, which refuses rather than skips. A stale pair (an o
 makes the walk longer; a commit made by a zombie after the group moved on is rejected by the
 group coordinator (its generation is old).
 
+Start-up: ``ResumeStart`` holds assigned partitions unfetched while their target tails are read
+(retried through retriable errors; a refusal stops the partition), moves each past what is there,
+commits the moved positions, then lets them all fetch (``EngineCore._on_assigned`` calls it).
+
 Cost: one read of the target from ``T`` to its end - at most what was written since the last
 commit (``offset.commit.interval.ms``) plus what was in flight - and of as many source batches.
 
@@ -74,11 +78,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kafka import errors as Errors
 
+from shallowmirror.engine.batch import SourcePartition
+from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.offsets import MapRow, OffsetMap
 from shallowmirror.engine.pairing import (
     BatchCursor,
@@ -87,11 +94,15 @@ from shallowmirror.engine.pairing import (
     match_rebuilt,
     needs_rebuild,
 )
-from shallowmirror.engine.source import list_offset
-from shallowmirror.errors import BrokerError, LocatedError, Where
+from shallowmirror.engine.runtime import Runtime
+from shallowmirror.engine.source import Sources, list_offset
+from shallowmirror.errors import BrokerError, ConnectionFailedError, LocatedError, Where
 from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
+#: ``ResumeStart`` logs under the engine core's name, as it did when it lived there (operators'
+#: log filters and the CLI's ``%(name)s`` keep seeing the same lines).
+_engine_log = logging.getLogger("shallowmirror.engine.core")
 
 TP = tuple[str, int]
 
@@ -368,3 +379,121 @@ def fallback_summary(fallbacks: Mapping[TP, str]) -> str:
     for (topic, partition), why in sorted(fallbacks.items()):
         by_reason.setdefault(why, []).append(f"{topic}-{partition}")
     return "; ".join(f"{why}: {', '.join(tps)}" for why, tps in by_reason.items())
+
+
+class ResumeStart:
+    """Starts assigned partitions under resume (``EngineCore._on_assigned``): each is held
+    unfetched, the target's tail is read, each moves past what the target holds, the moved
+    positions are committed, then all are fetched together."""
+
+    def __init__(self, resume: TargetResume, runtime: Runtime, sources: Sources,
+                 partitions: Mapping[TP, SourcePartition], *, where: Callable[[TP], str],
+                 source_alias: str, group_id: str) -> None:
+        self.resume, self.runtime, self.sources = resume, runtime, sources
+        #: The engine's owned partitions (the same dict): one no longer there was revoked.
+        self.partitions = partitions
+        self.where = where
+        self.source_alias, self.group_id = source_alias, group_id
+
+    def hold(self, sp: SourcePartition, target: TP, metadata: str | None) -> None:
+        """Until the target's tail is read: not fetched, and commits keep the stored pair."""
+        self.resume.keep(sp.tp, target, sp.offsets.committed,
+                         self.resume.stored_point(target, metadata))
+        sp.paused = True
+
+    async def run(self, items: list[tuple[SourcePartition, TP]], metadata: Mapping[TP, str],
+                  first: set[TP], membership: Membership | None,
+                  positions: Callable[[Mapping[TP, int]], Positions]) -> None:
+        """Start each partition after the last source batch already on the target;
+        a partition without a committed offset (in ``first``) first commits its start with the
+        target's end. ``positions`` adds the commit metadata to what ``membership`` commits."""
+        resume = self.resume
+
+        def attempt(sp: SourcePartition, target: TP) -> Callable[[], Awaitable[ResumeOutcome]]:
+            if sp.tp in first:
+                return lambda: resume.first_start(sp.tp, target, sp.offsets.committed)
+            return lambda: resume.resume(sp.tp, target, sp.offsets.committed,
+                                         metadata.get(sp.tp))
+
+        started_at = time.monotonic()
+        outcomes = await asyncio.gather(*(self._with_retries(sp, attempt(sp, target))
+                                          for sp, target in items))
+        walked = [o for o in outcomes if o is not None and o.fallback is None and o.rows]
+        if walked:
+            _engine_log.info("resume from the target: %d of %d partitions read in %.0f ms (%d "
+                             "target bytes matched)", len(walked), len(items),
+                             (time.monotonic() - started_at) * 1000,
+                             sum(o.target_bytes for o in walked))
+        fallbacks: dict[TP, str] = {}
+        started = []
+        for (sp, target), outcome in zip(items, outcomes, strict=True):
+            if outcome is None or self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+                continue                  # stopped, or revoked while reading
+            if outcome.fallback is not None and sp.tp not in first:
+                fallbacks[sp.tp] = outcome.fallback
+            self._start_resumed(sp, target, outcome)
+            started.append(sp)
+        if fallbacks:
+            _engine_log.info("cluster %s, group %s: starting at the committed offset (batches "
+                             "copied after the last commit may be mirrored twice): %s",
+                             self.source_alias, self.group_id, fallback_summary(fallbacks))
+        # Committed before any batch moves (first starts: the start with the target's end;
+        # resumed partitions: past what the target holds), so the next owner's walk is short.
+        now = {sp.tp: sp.offsets.committed for sp in started
+               if sp.tp in first or sp.offsets.committed != sp.last_committed_sent}
+        if now and membership is not None:
+            try:
+                await asyncio.wrap_future(membership.commit(positions(now)))
+                for sp in started:
+                    sp.last_committed_sent = now.get(sp.tp, sp.last_committed_sent)
+            except Exception as err:  # noqa: BLE001 - the periodic commit carries it later
+                _engine_log.warning("commit of %d resumed positions to %s failed: %s", len(now),
+                                    self.source_alias, err)
+        self.runtime.startup.mark("target read")
+        for sp in started:
+            sp.paused = False
+            self.sources.attach(sp)
+        self.runtime.progress.notify()
+
+    async def _with_retries(self, sp: SourcePartition,
+                            attempt: Callable[[], Awaitable[ResumeOutcome]]
+                            ) -> ResumeOutcome | None:
+        """One partition's resume (or first start), retried through connection failures and
+        retriable broker errors while the partition is owned; None once it is stopped."""
+        backoff = self.runtime.backoff()
+        while True:
+            try:
+                return await attempt()
+            except (ConnectionFailedError, BrokerError) as err:
+                if isinstance(err, ConnectionFailedError) or err.retriable:
+                    delay = backoff.next_s()
+                    _engine_log.warning("%s: reading the target to resume failed (%s); "
+                                        "retrying in %.1fs", self.where(sp.tp), err, delay)
+                    await asyncio.sleep(delay)
+                    if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+                        return None
+                    continue
+                error: BaseException = err
+            except ResumeRefusedError as err:
+                error = err
+            if self.partitions.get(sp.tp) is sp:
+                self.sources.stop_partition(sp, error)
+            return None
+
+    def _start_resumed(self, sp: SourcePartition, target: TP, outcome: ResumeOutcome) -> None:
+        """Move ``sp`` past what the target already holds and record those batches."""
+        committed = sp.offsets.committed
+        position = max(committed, outcome.position)
+        if position > committed:
+            sp.offsets.add_gap(position)
+        if outcome.rows:
+            sp.offsets.offset_map.forget_from(outcome.rows[0].source_base)
+            for row in outcome.rows:
+                sp.offsets.offset_map.add(row)
+        self.resume.keep(sp.tp, target, position, outcome.point)
+        if outcome.fallback is None and outcome.rows:
+            _engine_log.info("%s: resumed from the target: %d batches (%d records, %d bytes) "
+                             "from source offset %d already on %s-%d; fetching starts at %d "
+                             "(committed %d)", self.where(sp.tp), len(outcome.rows),
+                             outcome.records, outcome.target_bytes, outcome.rows[0].source_base,
+                             target[0], target[1], position, committed)
