@@ -8,17 +8,20 @@ topic alone.
 
 Per size S (idle partitions): start a source and a target cluster (real Kafka by default; each
 size gets fresh clusters), create S/per-topic small topics of ``--per-topic`` partitions on both
-(in chunks: 10,000 partitions take a while), write one lz4 record into every small partition,
-load the busy topic (8 partitions, ``--busy-records`` lz4 records), then run child processes, each
-a fresh engine (``partition.assignment=all``, a fresh group, from offset 0):
+(in chunks: 10,000 partitions take a while), write one lz4 record into every small partition and
+create the (empty) busy topic (8 partitions), then run child processes, each a fresh engine
+(``partition.assignment=all``, a fresh group, from offset 0):
 
 1. ``busy``: only the busy topic (8 partitions): the reference;
 2. ``many``: the busy topic and every small topic (8 + S partitions), per ``--sessions`` value.
 
-Each child reports, from ``engine ready`` until every partition is caught up: wall time, its own
-CPU (user+sys), peak RSS, bytes moved (all, and the busy topic's), Fetch requests and the
-partition entries they carried; then, idle for ``--idle-s`` seconds, the Fetch requests and
-entries again (what a fetch costs when nothing changes). Nothing is asserted; figures go to
+Each child first catches up on what is there (every small partition's record: the one-time cost
+per partition, reported apart as "first catch-up"); then the parent appends ``--busy-records``
+lz4 records to the busy topic and the child measures, until every partition is caught up again:
+wall time, its own CPU (user+sys), bytes moved, Fetch requests and the partition entries they
+carried: the busy topic's steady-state cost with S idle partitions owned beside it. Then, idle
+for ``--idle-s`` seconds, the Fetch requests and entries again (what a fetch costs when nothing
+changes). Peak RSS is sampled over the whole run. Nothing is asserted; figures go to
 ``benchmarks/RESULTS.md``.
 """
 
@@ -26,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -79,6 +84,18 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         return all(sp.high_watermark >= 0 and sp.offsets.committed >= sp.high_watermark
                    for sp in engine.partitions.values() if sp.error is None)
 
+    def busy_records() -> int:
+        return sum(sp.records for tp, sp in engine.partitions.items() if tp[0] == BUSY)
+
+    async def until_caught_up(task: asyncio.Task) -> None:
+        # Polled (5/s) rather than engine.wait_caught_up, which re-checks every partition on
+        # each acknowledgement: with 10,000 partitions that would be the benchmark's cost.
+        await asyncio.sleep(0.2)
+        while not caught_up():
+            if task.done():
+                await task
+            await asyncio.sleep(0.2)
+
     async def run() -> dict[str, Any]:
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop))
@@ -87,13 +104,21 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
                 if task.done():
                     await task
                 await asyncio.sleep(0.01)
+            i0, ic0 = time.monotonic(), cpu()
+            await until_caught_up(task)              # every small partition's one record
+            i1, ic1 = time.monotonic(), cpu()
+            # Steady state: the parent loads the busy topic now, and it is mirrored as it
+            # arrives with every other partition owned and idle. The window starts here, so
+            # its wall time includes the load (producer-bound): compare CPU, not MB/s.
+            before = busy_records()
             t0, c0, r0 = time.monotonic(), cpu(), dict(counts)
-            # Polled (5/s) rather than engine.wait_caught_up, which re-checks every partition
-            # on each acknowledgement: with 10,000 partitions that would be the benchmark's cost.
-            while not caught_up():
+            print("caught-up", flush=True)
+            expected = int(await asyncio.to_thread(sys.stdin.readline)) + before
+            while busy_records() < expected:      # high watermarks lag: count the records
                 if task.done():
                     await task
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.1)
+            await until_caught_up(task)
             t1, c1, r1 = time.monotonic(), cpu(), dict(counts)
             for _ in range(int(spec["idle_s"] * 5)):
                 sample_rss()
@@ -104,7 +129,7 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
             await task
         stats = engine.stats()
         busy = sum(p.bytes for tp, p in stats.partitions.items() if tp[0] == BUSY)
-        return {"wall_s": t1 - t0, "cpu_s": c1 - c0, "bytes": stats.bytes, "busy_bytes": busy,
+        return {"initial_s": i1 - i0, "initial_cpu_s": ic1 - ic0, "wall_s": t1 - t0, "cpu_s": c1 - c0, "bytes": stats.bytes, "busy_bytes": busy,
                 "records": stats.records, "partitions": len(stats.partitions),
                 "fetches": r1["requests"] - r0["requests"],
                 "fetch_entries": r1["entries"] - r0["entries"],
@@ -146,14 +171,30 @@ def _one_record_each(config: dict[str, str], names: list[str], partitions: int) 
 
 
 def _run_child(source: Any, target: Any, topics: list[str], partitions: int,
-               settings: dict[str, Any], idle_s: float) -> dict[str, Any]:
+               settings: dict[str, Any], idle_s: float, load_busy,
+               records: int) -> dict[str, Any]:
+    """One engine in a child process; ``load_busy()`` runs once it has caught up on what is
+    there, and the child then measures mirroring that load."""
     spec = {"source": source.bootstrap, "target": target.bootstrap, "topics": topics,
             "partitions": partitions, "settings": settings, "idle_s": idle_s}
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                         capture_output=True, text=True, timeout=3600, env=os.environ)
-    if out.returncode:
-        raise RuntimeError(f"child failed: {out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # The child's log goes to a file: a pipe nobody reads while the busy topic loads would fill
+    # up and block the engine mid-run.
+    with tempfile.TemporaryFile("w+") as log:
+        child = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                 text=True, env=os.environ)
+        assert child.stdout is not None and child.stdin is not None
+        line = child.stdout.readline()
+        if line.strip() == "caught-up":
+            load_busy()
+            out, _ = child.communicate(f"{records}\n", timeout=3600)
+        else:
+            child.kill()
+            out = line + child.communicate()[0]
+        if child.returncode or not out.strip():
+            log.seek(0)
+            raise RuntimeError(f"child failed: {out[-1000:]}{log.read()[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _clusters(args: argparse.Namespace):
@@ -169,7 +210,8 @@ def _clusters(args: argparse.Namespace):
 
 def _row(size: int, mode: str, sessions: str, got: dict[str, Any]) -> str:
     gb = got["bytes"] / 1e9
-    return (f"{size:>6} {mode:5s} sessions={sessions:3s} partitions {got['partitions']:>6}: "
+    return (f"{size:>6} {mode:5s} first catch-up {got['initial_s']:.1f} s / "
+            f"{got['initial_cpu_s']:.2f} CPU s; then sessions={sessions:3s} partitions {got['partitions']:>6}: "
             f"busy {got['busy_bytes'] / 1e6 / got['wall_s']:7.1f} MB/s, "
             f"CPU {got['cpu_s'] / gb if gb else 0:6.2f} s/GB, RSS {got['peak_rss_mb']:6.0f} MB "
             f"(buffer.memory {got['buffer_memory_mb']:.0f}), "
@@ -209,17 +251,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{size} small partitions created on both clusters in "
                   f"{time.monotonic() - started:.0f} s", flush=True)
             _one_record_each(source.client_config(), names, args.per_topic)
-            load(source.client_config(), Workload(
-                topic=BUSY, records=args.busy_records, partitions=BUSY_PARTITIONS, codec="lz4",
-                value_bytes=args.value_bytes, batch_bytes=args.batch_bytes, linger_ms=100))
-            create_topic(target.client_config(), Workload(topic=BUSY,
-                                                          partitions=BUSY_PARTITIONS))
+            busy = Workload(topic=BUSY, records=args.busy_records, partitions=BUSY_PARTITIONS,
+                            codec="lz4", value_bytes=args.value_bytes,
+                            batch_bytes=args.batch_bytes, linger_ms=100, create_topic=False)
+            for cluster in (source, target):
+                create_topic(cluster.client_config(), busy)
+            load_busy = functools.partial(load, source.client_config(), busy)
             runs = [("busy", "on", [BUSY], BUSY_PARTITIONS)] + [
                 ("many", s, [BUSY, *names], BUSY_PARTITIONS + size)
                 for s in args.sessions.split(",")]
             for mode, sessions, topics, partitions in runs:
                 settings = {**extra, "fetch.session.enable": sessions == "on"}
-                got = _run_child(source, target, topics, partitions, settings, args.idle_s)
+                got = _run_child(source, target, topics, partitions, settings, args.idle_s,
+                                 load_busy, args.busy_records)
                 got.update(size=size, mode=mode, sessions=sessions, broker=args.broker)
                 rows.append(got)
                 print(_row(size, mode, sessions, got), flush=True)
