@@ -68,6 +68,21 @@ def client_config(cluster_or_config: Any) -> dict[str, Any]:
     raise TypeError(f"expected a bootstrap string, a config dict or a cluster, got {cluster_or_config!r}")
 
 
+def wait_for_partitions(admin: Any, topic: str, partitions: int, timeout_s: float = 15) -> bool:
+    """Poll Metadata (confluent-kafka ``AdminClient``) until ``topic`` has ``partitions`` partitions,
+    each with a leader. Kafka publishes a created or widened topic to its metadata cache a little
+    after the admin call returns; a test that reads Metadata at once can see the old state."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
 def _headers(raw: Iterable[tuple[str, bytes | None]] | None) -> Headers:
     return tuple(raw) if raw else ()
 

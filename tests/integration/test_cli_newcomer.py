@@ -318,6 +318,7 @@ def test_bench_progress_bar_ends_on_the_tables_figure(source_cluster, target_clu
     result = run_cli("bench", "--source-bootstrap", source_cluster.bootstrap,
                      "--target-bootstrap", target_cluster.bootstrap, "--codecs", "lz4",
                      "--records", "20k", "--partitions", "2", "--modes", "shallow",
+                     "--batch-bytes", "16384",            # one table row: the bar's own
                      "--repeats", "1", "--latency-probes", "0", "--progress", "--out", str(out),
                      timeout_s=600)
     assert result.returncode == 0, result.stderr[-3000:]

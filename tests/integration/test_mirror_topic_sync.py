@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import resolve_mm2
 from shallowmirror.mirror.topic_sync import TopicSync, explicit_configs
+from shallowmirror.testing.topics import wait_for_partitions
 
 pytestmark = pytest.mark.integration
 
@@ -51,13 +52,7 @@ def _metadata_with(admin, topic: str, timeout_s: float = 15.0):
 def _create(admin, name, partitions, config=None):
     """Create a topic and return once Metadata lists it with leaders (Kafka lags a little)."""
     admin.create_topics([NewTopic(name, partitions, -1, config=config or {})])[name].result(15)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        meta = admin.list_topics(name, timeout=10).topics.get(name)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
-                and all(p.leader >= 0 for p in meta.partitions.values()):
-            return
-        time.sleep(0.1)
+    wait_for_partitions(admin, name, partitions)
 
 
 def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
@@ -112,8 +107,8 @@ def test_partition_count_that_cannot_be_matched_is_a_clear_error_for_that_topic_
     if not on_tansu:
         # Kafka: widened to the source's count with CreatePartitions, as MirrorMaker 2 does.
         assert ready == [f"{prefix}-fine", f"{prefix}-wide"]
-        md = sync.target_admin.list_topics(timeout=10)
-        assert len(md.topics[f"A.{prefix}-wide"].partitions) == 4
+        assert wait_for_partitions(sync.target_admin, f"A.{prefix}-wide", 4), \
+            "the remote topic was not widened to 4 partitions"
         return
     assert ready == [f"{prefix}-fine"]
     error = sync.errors()[f"{prefix}-wide"]

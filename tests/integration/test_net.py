@@ -40,6 +40,7 @@ from shallowmirror.testing.embedded import (
     find_tansu,
     free_port,
 )
+from shallowmirror.testing.topics import wait_for_partitions
 
 pytestmark = pytest.mark.integration
 
@@ -68,6 +69,8 @@ def _create_topics(bootstrap: str, topics: dict[str, int], **configs: str) -> No
                                    for name, partitions in topics.items()])
     for future in futures.values():
         future.result(30)
+    for name, partitions in topics.items():      # Kafka's metadata cache lags the create a little
+        assert wait_for_partitions(admin, name, partitions), f"{name} has no leaders after 15 s"
 
 
 def _topic(prefix: str) -> str:
