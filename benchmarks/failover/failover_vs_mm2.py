@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
-from test_offsets import java_translate_offsets  # noqa: E402
+from test_offset_translation import java_translate_offsets  # noqa: E402
 
 from shallowmirror.bench.modes import mm2 as mm2_mode  # noqa: E402
 from shallowmirror.replication.groups import CommittedOffset, Groups  # noqa: E402

@@ -3,7 +3,7 @@ a group stopped on A finds its offsets on B (sync.group.offsets.enabled), consum
 finds its B progress back on A (reverse.checkpointing.enabled): A->B->A with 0 records re-read and
 0 skipped on every partition (gaps from transaction markers and aborted transactions included).
 
-Truth is the mirrored records themselves (``test_offsets.mirrored_pairs``).
+Truth is the mirrored records themselves (``test_offset_translation.mirrored_pairs``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import NewTopic
 from engine_support import raw_batches
 from test_mirror_cli import Background, group_timings, mm2_properties, wait_for
-from test_offsets import (
+from test_offset_translation import (
     expected_position,
     java_translate_offsets,
     mirrored_pairs,
