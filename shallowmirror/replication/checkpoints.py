@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shallowmirror.mirror.config import FlowConfig
@@ -107,41 +107,63 @@ class CheckpointEmitter:
         if not groups:
             return 0
         table = load_flow_syncs(self.flow, timeout_s=self.timeout_s)
-        written = 0
-        for group in groups:
-            for t in translate_offsets(self.flow, group, table=table, timeout_s=self.timeout_s):
-                if t.downstream is None:
-                    continue
-                key = (group, t.to_topic, t.partition)
-                if self.emitted.get(key) == (t.upstream, t.downstream):
-                    continue
-                checkpoint = Checkpoint(group, t.to_topic, t.partition, t.upstream,
-                                        t.downstream, t.metadata)
-                self._writer.write(checkpoint.key(), checkpoint.value())
-                self.emitted[key] = (t.upstream, t.downstream)
-                written += 1
-        left = self._writer.flush(self.timeout_s)
-        if left or self._writer.failed:
-            raise RuntimeError(self._writer.failed or f"{left} checkpoints not acknowledged")
+        translated = ((group, t) for group in groups
+                      for t in translate_offsets(self.flow, group, table=table,
+                                                 timeout_s=self.timeout_s)
+                      if t.downstream is not None)
+        written = write_checkpoints(self._writer, self.emitted, translated,
+                                    timeout_s=self.timeout_s, what="checkpoints")
         self.checkpoints_written += written
         return written
 
     async def run(self, stop: asyncio.Event) -> None:
         """Emit every ``emit.checkpoints.interval.seconds`` until ``stop``; a failed round is
         logged (once per distinct error) and retried at the next interval."""
-        interval = self.flow.settings["emit.checkpoints.interval.seconds"]
-        last_error = None
-        while not stop.is_set():
-            try:
-                if self._writer is None:
-                    await asyncio.to_thread(self.start)
-                await asyncio.to_thread(self.emit_once)
-                last_error = None
-            except Exception as err:  # noqa: BLE001 - reported, retried next interval
-                if str(err) != last_error:
-                    log.warning("flow %s: checkpoints to %s on cluster %s failed (retrying "
-                                "every %gs): %s", self.flow.name, self.topic, self.flow.target,
-                                interval, err)
-                    last_error = str(err)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+        await emit_every(self, stop, what="checkpoints", logger=log)
+
+
+def write_checkpoints(writer: TopicWriter, emitted: dict[tuple[str, str, int], tuple[int, int]],
+                      translated: Iterable[tuple[str, Any]], *, timeout_s: float,
+                      what: str) -> int:
+    """Write a checkpoint for each (group, translation) whose offsets changed since the last
+    one written (``emitted`` remembers them), then wait for all to be acknowledged; shared by
+    forward and reverse checkpointing. Raises RuntimeError naming ``what`` was not acknowledged.
+    """
+    written = 0
+    for group, t in translated:
+        key = (group, t.to_topic, t.partition)
+        if emitted.get(key) == (t.upstream, t.downstream):
+            continue
+        checkpoint = Checkpoint(group, t.to_topic, t.partition, t.upstream, t.downstream,
+                                t.metadata)
+        writer.write(checkpoint.key(), checkpoint.value())
+        emitted[key] = (t.upstream, t.downstream)
+        written += 1
+    left = writer.flush(timeout_s)
+    if left or writer.failed:
+        raise RuntimeError(writer.failed or f"{left} {what} not acknowledged")
+    return written
+
+
+async def emit_every(emitter: Any, stop: asyncio.Event, *, what: str,
+                     logger: logging.Logger) -> None:
+    """Run ``emitter.start`` (until it succeeds) and ``emitter.emit_once`` every
+    ``emit.checkpoints.interval.seconds`` of its flow until ``stop``; a failed round is logged
+    once per distinct error to ``logger`` (the emitter's module logger), naming ``what``
+    failed, and retried at the next interval."""
+    flow = emitter.flow
+    interval = flow.settings["emit.checkpoints.interval.seconds"]
+    last_error = None
+    while not stop.is_set():
+        try:
+            if emitter._writer is None:
+                await asyncio.to_thread(emitter.start)
+            await asyncio.to_thread(emitter.emit_once)
+            last_error = None
+        except Exception as err:  # noqa: BLE001 - reported, retried next interval
+            if str(err) != last_error:
+                logger.warning("flow %s: %s to %s on cluster %s failed (retrying every %gs): %s",
+                               flow.name, what, emitter.topic, flow.target, interval, err)
+                last_error = str(err)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)

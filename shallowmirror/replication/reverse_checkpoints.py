@@ -26,7 +26,6 @@ after it (``PartitionSyncs.translate_back``), so failback re-reads nothing and s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -87,7 +86,7 @@ class ReverseCheckpointer:
 
     def emit_once(self) -> int:
         """One round (blocking): how many reverse checkpoints were written."""
-        from shallowmirror.replication.mm2_records import Checkpoint
+        from shallowmirror.replication.checkpoints import write_checkpoints
         from shallowmirror.replication.translate import load_flow_syncs, translate_back
 
         assert self._writer is not None and self._source_groups is not None
@@ -96,42 +95,18 @@ class ReverseCheckpointer:
         if not groups:
             return 0
         table = load_flow_syncs(self.opposite, timeout_s=self.timeout_s)
-        written = 0
-        for group in groups:
-            for t in translate_back(self.opposite, group, table=table, timeout_s=self.timeout_s):
-                if t.downstream is None or not came_from_target(self.flow, t.from_topic):
-                    continue
-                key = (group, t.to_topic, t.partition)
-                if self.emitted.get(key) == (t.upstream, t.downstream):
-                    continue
-                checkpoint = Checkpoint(group, t.to_topic, t.partition, t.upstream,
-                                        t.downstream, t.metadata)
-                self._writer.write(checkpoint.key(), checkpoint.value())
-                self.emitted[key] = (t.upstream, t.downstream)
-                written += 1
-        left = self._writer.flush(self.timeout_s)
-        if left or self._writer.failed:
-            raise RuntimeError(self._writer.failed or f"{left} reverse checkpoints not "
-                                                      "acknowledged")
+        translated = ((group, t) for group in groups
+                      for t in translate_back(self.opposite, group, table=table,
+                                              timeout_s=self.timeout_s)
+                      if t.downstream is not None and came_from_target(self.flow, t.from_topic))
+        written = write_checkpoints(self._writer, self.emitted, translated,
+                                    timeout_s=self.timeout_s, what="reverse checkpoints")
         self.checkpoints_written += written
         return written
 
     async def run(self, stop: asyncio.Event) -> None:
         """Emit every ``emit.checkpoints.interval.seconds`` until ``stop``; a failed round is
         logged once per distinct error and retried at the next interval."""
-        interval = self.flow.settings["emit.checkpoints.interval.seconds"]
-        last_error = None
-        while not stop.is_set():
-            try:
-                if self._writer is None:
-                    await asyncio.to_thread(self.start)
-                await asyncio.to_thread(self.emit_once)
-                last_error = None
-            except Exception as err:  # noqa: BLE001 - reported, retried next interval
-                if str(err) != last_error:
-                    log.warning("flow %s: reverse checkpoints to %s on cluster %s failed "
-                                "(retrying every %gs): %s", self.flow.name, self.topic,
-                                self.flow.target, interval, err)
-                    last_error = str(err)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+        from shallowmirror.replication.checkpoints import emit_every
+
+        await emit_every(self, stop, what="reverse checkpoints", logger=log)
