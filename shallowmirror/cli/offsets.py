@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 EXAMPLES = [
     ("shallowmirror offsets translate mm2.properties --group billing --flow A->B",
@@ -57,39 +58,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--flow", metavar="A->B", help="the flow (needed when several are enabled)")
     t.set_defaults(func=run_translate)
 
-    f = actions.add_parser("failover", parents=[common],
-                           help="move the group to a flow's target cluster",
-                           description="Commit on cluster --to the group's offsets translated "
-                                       "from its source cluster: from the checkpoints on --to "
-                                       "(default: works while the source is down) or, with "
-                                       "--live, translated now from the source. A dry run "
-                                       "unless --execute; refused while the group has active "
-                                       "members on --to.")
-    f.add_argument("--to", required=True, metavar="ALIAS", help="the cluster to move to")
-    f.add_argument("--from", dest="source", metavar="ALIAS",
-                   help="the source cluster (needed when several flows go to --to)")
+    f = _move_action(actions, common, "failover",
+                     help="move the group to a flow's target cluster",
+                     description="Commit on cluster --to the group's offsets translated from "
+                                 "its source cluster: from the checkpoints on --to (default: "
+                                 "works while the source is down) or, with --live, translated "
+                                 "now from the source.",
+                     to_help="the cluster to move to",
+                     from_dest="source",
+                     from_help="the source cluster (needed when several flows go to --to)")
     f.add_argument("--live", action="store_true",
                    help="translate the group's current source offsets instead of reading "
                         "checkpoints")
     f.add_argument("--execute", action="store_true", help="write the offsets")
     f.set_defaults(func=run_failover)
 
-    b = actions.add_parser("failback", parents=[common],
-                           help="move the group back to the cluster its topics came from",
-                           description="The group consumed a flow's remote topics on the "
-                                       "flow's target; commit on the flow's source (--to) the "
-                                       "source offsets where it stopped there, translated "
-                                       "exactly through the flow's offset syncs. A dry run "
-                                       "unless --execute; refused while the group has active "
-                                       "members on --to.")
-    b.add_argument("--to", required=True, metavar="ALIAS",
-                   help="the cluster to move back to (the flow's source)")
-    b.add_argument("--from", dest="target", metavar="ALIAS",
-                   help="the cluster the group runs on now (needed when several flows leave "
-                        "--to)")
+    b = _move_action(actions, common, "failback",
+                     help="move the group back to the cluster its topics came from",
+                     description="The group consumed a flow's remote topics on the flow's "
+                                 "target; commit on the flow's source (--to) the source offsets "
+                                 "where it stopped there, translated exactly through the flow's "
+                                 "offset syncs.",
+                     to_help="the cluster to move back to (the flow's source)",
+                     from_dest="target",
+                     from_help="the cluster the group runs on now (needed when several flows "
+                               "leave --to)")
     b.add_argument("--execute", action="store_true", help="write the offsets")
     b.set_defaults(func=run_failback)
     p.set_defaults(func=lambda args: _usage(p))
+
+
+def _move_action(actions: Any, common: argparse.ArgumentParser, name: str, *, help: str,
+                 description: str, to_help: str, from_dest: str,
+                 from_help: str) -> argparse.ArgumentParser:
+    """A subcommand that moves a group between clusters (failover, failback): its --to and
+    --from, and the dry-run/active-members note both share in their description."""
+    p = actions.add_parser(name, parents=[common], help=help,
+                           description=description + " A dry run unless --execute; refused "
+                                                     "while the group has active members on "
+                                                     "--to.")
+    p.add_argument("--to", required=True, metavar="ALIAS", help=to_help)
+    p.add_argument("--from", dest=from_dest, metavar="ALIAS", help=from_help)
+    return p
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
