@@ -20,8 +20,8 @@ from test_mirror_cli import Background, group_timings, mm2_properties, wait_for
 from test_offset_translation import (
     expected_position,
     java_translate_offsets,
-    mirrored_pairs,
     records_from,
+    wait_mirrored,
 )
 
 from shallowmirror.mirror.clients import admin_client
@@ -89,14 +89,7 @@ def test_failover_by_group_sync_and_failback_by_reverse_checkpoints_are_exact(
     remote = forward.remote_topic(topic)
     mirror = Background("mirror", str(props), log_path=tmp_path / "mirror.log")
     try:
-        def mirrored():
-            try:
-                return mirrored_pairs(source_cluster, topic, target_cluster, remote)
-            except Exception:  # noqa: BLE001 - still mirroring
-                return None
-
-        wait_for(lambda: mirrored() is not None, 120, "the mirror to copy the topic", mirror)
-        pairs = mirrored()
+        pairs = wait_mirrored(source_cluster, topic, target_cluster, remote, mirror)
         # Failover: group sync put the group on B exactly where it stopped on A.
         on_b = {(remote, p): expected_position(pairs[p], o) for p, o in stopped.items()}
         wait_for(lambda: committed(b_config, "B", group) == on_b, 60, f"group on B at {on_b}",

@@ -59,6 +59,20 @@ def mirrored_pairs(source, topic: str, target, remote: str) -> dict[int, list[tu
     return pairs
 
 
+def wait_mirrored(source, topic: str, target, remote: str, mirror: Background
+                  ) -> dict[int, list[tuple[int, int]]]:
+    """Wait (up to 120 s) until the running ``mirror`` has copied ``topic`` completely, then
+    return its ``mirrored_pairs``."""
+    def mirrored() -> dict[int, list[tuple[int, int]]] | None:
+        try:
+            return mirrored_pairs(source, topic, target, remote)
+        except Exception:  # noqa: BLE001 - still mirroring
+            return None
+
+    wait_for(lambda: mirrored() is not None, 120, "the mirror to copy the topic", mirror)
+    return mirrored()
+
+
 def expected_position(pairs: list[tuple[int, int]], position: int) -> int:
     """Target position of source ``position``: the first mirrored record at or after it."""
     for source_offset, target_offset in pairs:
@@ -212,14 +226,7 @@ def test_checkpoints_failover_and_failback_reread_and_skip_nothing(
                 return {}
             return {k: c.downstream_offset for k, c in found.items()}
 
-        def mirrored() -> dict[int, list[tuple[int, int]]] | None:
-            try:
-                return mirrored_pairs(source_cluster, topic, target_cluster, remote)
-            except Exception:  # noqa: BLE001 - still mirroring
-                return None
-
-        wait_for(lambda: mirrored() is not None, 120, "the mirror to copy the topic", mirror)
-        pairs = mirrored()
+        pairs = wait_mirrored(source_cluster, topic, target_cluster, remote, mirror)
         truth = {(remote, p): expected_position(pairs[p], o) for p, o in stopped.items()}
         wait_for(lambda: checkpointed() == truth, 60, f"checkpoints {truth}", mirror)
         assert {(t.to_topic, t.partition): t.downstream
