@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -61,6 +62,22 @@ async def run_until_caught_up(source: Any, target: Any, topics: list[str], *,
         stop.set()
         await task
     return engine.stats()
+
+
+@contextlib.asynccontextmanager
+async def caught_up(engine: MirrorEngine, timeout_s: float = 60.0) -> AsyncIterator[None]:
+    """Run ``engine`` until it is ready and caught up, keep it running for the ``async with``
+    body, then stop it and wait for it to finish: for scenarios that act on a live engine."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(engine.run(stop))
+    try:
+        while not engine.ready:
+            await asyncio.sleep(0.02)
+        assert await engine.wait_caught_up(timeout_s), engine.stats()
+        yield
+    finally:
+        stop.set()
+        await task
 
 
 def run_until(source: Any, target: Any, topics: list[str], settings: Mapping[str, Any],

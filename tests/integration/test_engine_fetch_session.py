@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 from confluent_kafka import Producer
-from engine_support import create_target, group, load_topic
+from engine_support import caught_up, create_target, group, load_topic
 
 from shallowmirror.engine import MirrorEngine
 from shallowmirror.net.connection import BrokerConnection
@@ -56,12 +56,7 @@ def _mirror_then_append(source_cluster, target_cluster, topic: str, settings: di
                               "fetch.max.wait.ms": 100, **settings})
 
     async def scenario() -> tuple[int, int]:
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        try:
-            while not engine.ready:
-                await asyncio.sleep(0.02)
-            assert await engine.wait_caught_up(60), engine.stats()
+        async with caught_up(engine):
             idle_from = len(sent)
             while len(sent) < idle_from + 4:            # a few fetches with nothing new
                 await asyncio.sleep(0.05)
@@ -70,9 +65,6 @@ def _mirror_then_append(source_cluster, target_cluster, topic: str, settings: di
             while engine.stats().records < 1500:
                 await asyncio.sleep(0.05)
             assert await engine.wait_caught_up(60), engine.stats()
-        finally:
-            stop.set()
-            await task
         return engine.stats().records, mark
 
     records, mark = asyncio.run(scenario())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from engine_support import create_target, group, load_topic
+from engine_support import caught_up, create_target, group, load_topic
 
 from shallowmirror.engine import MirrorEngine
 from shallowmirror.engine.hooks import BatchAck, HookError
@@ -49,12 +49,7 @@ def test_hooks_report_acks_commits_and_ownership(source_cluster, target_cluster,
     engine.hooks.partitions_revoked.add(revoked.append)
 
     async def scenario() -> dict:
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        try:
-            while not engine.ready:
-                await asyncio.sleep(0.02)
-            assert await engine.wait_caught_up(60), engine.stats()
+        async with caught_up(engine):
             ends = {tp: p.position for tp, p in engine.stats().partitions.items()}
             await engine.commit_now()
             engine.set_topics([second])         # first's partitions revoked, second's assigned
@@ -62,9 +57,6 @@ def test_hooks_report_acks_commits_and_ownership(source_cluster, target_cluster,
                 await asyncio.sleep(0.05)
             assert await engine.wait_caught_up(60), engine.stats()
             ends[(second, 0)] = engine.stats().partitions[(second, 0)].position
-        finally:
-            stop.set()
-            await task
         return ends
 
     ends = asyncio.run(scenario())
