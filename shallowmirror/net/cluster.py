@@ -29,7 +29,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,27 +332,17 @@ class Cluster:
         conn = self._connections.get(node_id)
         if conn is not None and conn.connected:
             return conn
-        task = self._connecting.get(node_id)
-        if task is None:
-            task = asyncio.create_task(self._connect_node(node_id),
-                                       name=f"connect-{self.alias}-{node_id}")
-            self._connecting[node_id] = task
-            task.add_done_callback(lambda _t: self._connecting.pop(node_id, None))
-        # Shielded: one caller giving up must not abort the attempt others are waiting on.
-        return await asyncio.shield(task)
+        return await _shared_attempt(self._connecting, node_id,
+                                     lambda: self._connect_node(node_id),
+                                     f"connect-{self.alias}-{node_id}")
 
     async def _lane_connection(self, node_id: int, lane: int) -> BrokerConnection:
         key = (node_id, lane)
         conn = self._lanes.get(key)
         if conn is not None and conn.connected:
             return conn
-        task = self._lanes_connecting.get(key)
-        if task is None:
-            task = asyncio.create_task(self._connect_lane(key),
-                                       name=f"connect-{self.alias}-{node_id}-{lane}")
-            self._lanes_connecting[key] = task
-            task.add_done_callback(lambda _t: self._lanes_connecting.pop(key, None))
-        return await asyncio.shield(task)
+        return await _shared_attempt(self._lanes_connecting, key, lambda: self._connect_lane(key),
+                                     f"connect-{self.alias}-{node_id}-{lane}")
 
     async def _connect_lane(self, key: tuple[int, int]) -> BrokerConnection:
         conn = await self._connect_with_backoff([lambda: self._broker_address(key[0])], key[0])
@@ -428,3 +418,17 @@ class Cluster:
     def live_connections(self) -> Iterable[BrokerConnection]:
         """Connections currently open (for metrics and shutdown)."""
         return [c for c in (*self._connections.values(), *self._lanes.values()) if c.connected]
+
+
+def _shared_attempt(pending: dict[Any, asyncio.Task], key: Any,
+                    connect: Callable[[], Coroutine[Any, Any, BrokerConnection]],
+                    name: str) -> asyncio.Future[BrokerConnection]:
+    """The connection attempt in flight for ``key`` in ``pending``, started (as task ``name``)
+    if there is none, so concurrent callers share one attempt; it leaves ``pending`` when done.
+    Shielded: one caller giving up must not abort the attempt others are waiting on."""
+    task = pending.get(key)
+    if task is None:
+        task = asyncio.create_task(connect(), name=name)
+        pending[key] = task
+        task.add_done_callback(lambda _t: pending.pop(key, None))
+    return asyncio.shield(task)
