@@ -81,11 +81,8 @@ class CheckpointEmitter:
 
     def start(self) -> None:
         """Create the checkpoints topic and the clients (blocking)."""
-        ensure_topic(self.flow.target_admin, self.topic, alias=self.flow.target,
-                     replication_factor=self.flow.settings["checkpoints.topic.replication.factor"])
-        self._writer = TopicWriter(self.flow.target_admin, self.topic, alias=self.flow.target)
-        self._source_groups = Groups(self.flow.source_admin, alias=self.flow.source,
-                                     timeout_s=self.timeout_s)
+        self._writer, self._source_groups = open_checkpointing(self.flow, self.topic,
+                                                               timeout_s=self.timeout_s)
 
     def _maybe_refresh_groups(self) -> list[str]:
         s = self.flow.settings
@@ -120,6 +117,15 @@ class CheckpointEmitter:
         """Emit every ``emit.checkpoints.interval.seconds`` until ``stop``; a failed round is
         logged (once per distinct error) and retried at the next interval."""
         await emit_every(self, stop, what="checkpoints", logger=log)
+
+
+def open_checkpointing(flow: Any, topic: str, *, timeout_s: float) -> tuple[TopicWriter, Groups]:
+    """Create the checkpoints ``topic`` on the flow's target and open its writer there and the
+    group client on the flow's source (blocking); shared by forward and reverse checkpointing."""
+    ensure_topic(flow.target_admin, topic, alias=flow.target,
+                 replication_factor=flow.settings["checkpoints.topic.replication.factor"])
+    writer = TopicWriter(flow.target_admin, topic, alias=flow.target)
+    return writer, Groups(flow.source_admin, alias=flow.source, timeout_s=timeout_s)
 
 
 def write_checkpoints(writer: TopicWriter, emitted: dict[tuple[str, str, int], tuple[int, int]],

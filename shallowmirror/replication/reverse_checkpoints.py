@@ -75,14 +75,10 @@ class ReverseCheckpointer:
 
     def start(self) -> None:
         """Create the checkpoints topic and the clients (blocking)."""
-        from shallowmirror.replication.groups import Groups
-        from shallowmirror.replication.internal_topics import TopicWriter, ensure_topic
+        from shallowmirror.replication.checkpoints import open_checkpointing
 
-        ensure_topic(self.flow.target_admin, self.topic, alias=self.flow.target,
-                     replication_factor=self.flow.settings["checkpoints.topic.replication.factor"])
-        self._writer = TopicWriter(self.flow.target_admin, self.topic, alias=self.flow.target)
-        self._source_groups = Groups(self.flow.source_admin, alias=self.flow.source,
-                                     timeout_s=self.timeout_s)
+        self._writer, self._source_groups = open_checkpointing(self.flow, self.topic,
+                                                               timeout_s=self.timeout_s)
 
     def emit_once(self) -> int:
         """One round (blocking): how many reverse checkpoints were written."""
