@@ -55,6 +55,18 @@ def _create(admin, name, partitions, config=None):
     wait_for_partitions(admin, name, partitions)
 
 
+def _configs_once(sync, topic, key, value, timeout_s=15):
+    """The target topic's explicit configs once ``key`` reads ``value`` (or at the timeout): Kafka
+    applies an IncrementalAlterConfigs through its metadata log, so DescribeConfigs right after
+    the call can still answer the old value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        configs = explicit_configs(sync.describe(sync.target_admin, topic))
+        if configs.get(key) == value or time.monotonic() >= deadline:
+            return configs
+        time.sleep(0.1)
+
+
 def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
         source_cluster, target_cluster):
     prefix = f"ts{uuid.uuid4().hex[:6]}"
@@ -87,7 +99,7 @@ def test_creates_remote_topics_like_the_source_and_syncs_config_changes(
         time.sleep(0.2)
         changed = sync.sync_configs()
     assert changed == 1
-    assert explicit_configs(sync.describe(sync.target_admin, remote))["retention.ms"] == "7200000"
+    assert _configs_once(sync, remote, "retention.ms", "7200000")["retention.ms"] == "7200000"
     assert sync.sync_configs() == 0                       # nothing left to change
 
     # A new topic appears at the next refresh.
@@ -125,7 +137,7 @@ def test_identity_policy_keeps_names_and_forces_compression_on_existing_topics(
     _create(sync.target_admin, name, 2, {"compression.type": "gzip"})
     assert _refresh(sync, name) == [name]
     sync.sync_configs()
-    configs = explicit_configs(sync.describe(sync.target_admin, name))
+    configs = _configs_once(sync, name, "compression.type", "producer")
     assert configs["compression.type"] == "producer"
     assert "retention.ms" not in configs                  # sync off: configs not copied
 
