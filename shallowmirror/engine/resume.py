@@ -100,9 +100,6 @@ from shallowmirror.errors import BrokerError, ConnectionFailedError, LocatedErro
 from shallowmirror.net import Cluster
 
 log = logging.getLogger(__name__)
-#: ``ResumeStart`` logs under the engine core's name, as it did when it lived there (operators'
-#: log filters and the CLI's ``%(name)s`` keep seeing the same lines).
-_engine_log = logging.getLogger("shallowmirror.engine.core")
 
 TP = tuple[str, int]
 
@@ -420,7 +417,7 @@ class ResumeStart:
                                           for sp, target in items))
         walked = [o for o in outcomes if o is not None and o.fallback is None and o.rows]
         if walked:
-            _engine_log.info("resume from the target: %d of %d partitions read in %.0f ms (%d "
+            log.info("resume from the target: %d of %d partitions read in %.0f ms (%d "
                              "target bytes matched)", len(walked), len(items),
                              (time.monotonic() - started_at) * 1000,
                              sum(o.target_bytes for o in walked))
@@ -434,7 +431,7 @@ class ResumeStart:
             self._start_resumed(sp, target, outcome)
             started.append(sp)
         if fallbacks:
-            _engine_log.info("cluster %s, group %s: starting at the committed offset (batches "
+            log.info("cluster %s, group %s: starting at the committed offset (batches "
                              "copied after the last commit may be mirrored twice): %s",
                              self.source_alias, self.group_id, fallback_summary(fallbacks))
         # Committed before any batch moves (first starts: the start with the target's end;
@@ -447,7 +444,7 @@ class ResumeStart:
                 for sp in started:
                     sp.last_committed_sent = now.get(sp.tp, sp.last_committed_sent)
             except Exception as err:  # noqa: BLE001 - the periodic commit carries it later
-                _engine_log.warning("commit of %d resumed positions to %s failed: %s", len(now),
+                log.warning("commit of %d resumed positions to %s failed: %s", len(now),
                                     self.source_alias, err)
         self.runtime.startup.mark("target read")
         for sp in started:
@@ -467,7 +464,7 @@ class ResumeStart:
             except (ConnectionFailedError, BrokerError) as err:
                 if isinstance(err, ConnectionFailedError) or err.retriable:
                     delay = backoff.next_s()
-                    _engine_log.warning("%s: reading the target to resume failed (%s); "
+                    log.warning("%s: reading the target to resume failed (%s); "
                                         "retrying in %.1fs", self.where(sp.tp), err, delay)
                     await asyncio.sleep(delay)
                     if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
@@ -492,7 +489,7 @@ class ResumeStart:
                 sp.offsets.offset_map.add(row)
         self.resume.keep(sp.tp, target, position, outcome.point)
         if outcome.fallback is None and outcome.rows:
-            _engine_log.info("%s: resumed from the target: %d batches (%d records, %d bytes) "
+            log.info("%s: resumed from the target: %d batches (%d records, %d bytes) "
                              "from source offset %d already on %s-%d; fetching starts at %d "
                              "(committed %d)", self.where(sp.tp), len(outcome.rows),
                              outcome.records, outcome.target_bytes, outcome.rows[0].source_base,
