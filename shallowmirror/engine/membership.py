@@ -96,6 +96,29 @@ def _explain_group_error(err: KafkaError, group_id: str, alias: str,
     return f"{where}: {err.name()}: {err.str()}"
 
 
+def committed_with_retries(consumer: Consumer, partitions: list[TP], *,
+                           deadline_s: float = 120.0, where: str = "") -> list[TopicPartition]:
+    """``consumer.committed()``, retried while the broker answers with a retriable error: a group
+    coordinator that moved or is still loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS on
+    real Kafka right after __consumer_offsets is created). ``where`` names the group in the log."""
+    wanted = [TopicPartition(t, p) for t, p in partitions]
+    deadline = time.monotonic() + deadline_s
+    delay = 0.1
+    while True:
+        try:
+            return consumer.committed(wanted, timeout=30)
+        except KafkaException as err:
+            error = err.args[0] if err.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in _RETRIABLE_COORDINATOR_ERRORS)
+            if not retriable or time.monotonic() + delay > deadline:
+                raise
+            log.info("%s: committed offsets not readable yet (%s); retrying in %.1fs",
+                     where or "consumer group", error.name(), delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 class Membership:
     """Group membership and offset commits for one engine (see the module docstring)."""
 
@@ -307,25 +330,9 @@ class Membership:
 
     def _committed_with_retries(self, consumer: Consumer, partitions: list[TP],
                                 deadline_s: float = 120.0) -> list[TopicPartition]:
-        """``committed()``, retried while the broker answers with a retriable error: a group
-        coordinator that moved or is still loading (NOT_COORDINATOR,
-        COORDINATOR_LOAD_IN_PROGRESS on real Kafka right after __consumer_offsets is created)."""
-        wanted = [TopicPartition(t, p) for t, p in partitions]
-        deadline = time.monotonic() + deadline_s
-        delay = 0.1
-        while True:
-            try:
-                return consumer.committed(wanted, timeout=30)
-            except KafkaException as err:
-                error = err.args[0] if err.args else None
-                retriable = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _RETRIABLE_COORDINATOR_ERRORS)
-                if not retriable or time.monotonic() + delay > deadline:
-                    raise
-                log.info("group %s on cluster %s: committed offsets not readable yet (%s); "
-                         "retrying in %.1fs", self.group_id, self.source_alias, error.name(), delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return committed_with_retries(consumer, partitions, deadline_s=deadline_s,
+                                      where=f"group {self.group_id} on cluster "
+                                            f"{self.source_alias}")
 
     def _call_engine(self, coro: Awaitable) -> Any:
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]

@@ -83,6 +83,24 @@ def wait_for_partitions(admin: Any, topic: str, partitions: int, timeout_s: floa
         time.sleep(0.1)
 
 
+def group_offsets(cluster_or_config: Any, group_id: str, topic: str, partitions: Iterable[int],
+                  **consumer_config: Any) -> dict[int, int]:
+    """``group_id``'s committed offsets of ``topic``'s ``partitions`` (negative: none), read with
+    the engine's own retry of a coordinator that is still loading or moved."""
+    from confluent_kafka import Consumer
+
+    from shallowmirror.engine.membership import committed_with_retries
+
+    consumer = Consumer({**client_config(cluster_or_config), "group.id": group_id,
+                         "enable.auto.commit": False, **consumer_config})
+    try:
+        found = committed_with_retries(consumer, [(topic, p) for p in partitions],
+                                       deadline_s=60, where=f"test group {group_id}")
+        return {tp.partition: tp.offset for tp in found}
+    finally:
+        consumer.close()
+
+
 def _headers(raw: Iterable[tuple[str, bytes | None]] | None) -> Headers:
     return tuple(raw) if raw else ()
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import concurrent.futures
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from engine_support import create_target, group, load_topic, raw_batches
 
 from shallowmirror.engine import FetchedBatch, SyncBatchForwarder
-from shallowmirror.testing.topics import Record, assert_same_records, read_topic
+from shallowmirror.testing.topics import Record, assert_same_records, group_offsets, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -19,12 +18,7 @@ FAST = {"partition.assignment": "all", "fetch.max.wait.ms": 100}
 
 
 def _committed(cluster, group_id: str, topic: str, partitions: int) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group_id})
-    try:
-        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        c.close()
+    return group_offsets(cluster, group_id, topic, range(partitions))
 
 
 def _until_ends(fwd: SyncBatchForwarder, ends: dict[int, int], decide) -> None:

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from engine_support import create_target, engine_process, group, load_topic, raw_batches
 from test_mirror_cli import group_timings
 
-from shallowmirror.testing.topics import read_topic, tally_copies
+from shallowmirror.testing.topics import group_offsets, read_topic, tally_copies
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,12 +31,7 @@ def _end_offsets(cluster, topic) -> dict[int, int]:
 
 
 def _committed(cluster, g: str, topic: str, partitions) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": g})
-    try:
-        got = c.committed([TopicPartition(topic, p) for p in partitions], timeout=20)
-        return {tp.partition: tp.offset for tp in got}
-    finally:
-        c.close()
+    return group_offsets(cluster, g, topic, partitions)
 
 
 def _wait_committed(cluster, g, topic, ends, timeout_s=120.0) -> None:

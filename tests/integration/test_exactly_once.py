@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from engine_support import create_target, group, load_topic, raw_batches, run_until_caught_up
 
+from shallowmirror.testing import topics as testing_topics
 from shallowmirror.testing.topics import assert_same_records, client_config, read_topic
 from shallowmirror.testing.workload import Workload, load
 
@@ -27,14 +28,8 @@ EOS = {"exactly.once": "true", "transaction.interval.ms": "200"}
 def group_offsets(cluster, group_id: str, topic: str, partitions: int) -> dict[int, int]:
     """The committed offsets of ``group_id`` on ``cluster`` (read_committed: only offsets of
     committed transactions count)."""
-    consumer = Consumer({**client_config(cluster), "group.id": group_id,
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                   timeout=30)
-        return {tp.partition: tp.offset for tp in found}
-    finally:
-        consumer.close()
+    return testing_topics.group_offsets(cluster, group_id, topic, range(partitions),
+                                        **{"isolation.level": "read_committed"})
 
 
 def test_exactly_once_mirrors_every_record_once_in_committed_transactions(
