@@ -3,7 +3,7 @@ the brokers' CPU, and peak RSS against buffer.memory.
 
     .venv/bin/python benchmarks/engine/bench_mirror.py [--records 1000000 | none=3000000,...]
         [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
-        [--set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
+        [--set KEY=VALUE ...] [--mirror-set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
         [--broker tansu|kafka] [--kafka-home DIR] [--value-bytes 200]
         [--batch-bytes 1000000 | 16384,262144] [--baseline DIR]
 
@@ -283,6 +283,9 @@ def main() -> int:
     parser.add_argument("--buffer-memory", type=int, default=64 * 1024 * 1024)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="engine setting for the mirror and the produce-only run")
+    parser.add_argument("--mirror-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="engine setting for the mirror run only (e.g. more target "
+                             "connections measured against the default produce-only ceiling)")
     parser.add_argument("--phases", default="fetch,produce,mirror")
     parser.add_argument("--py-spy", help="directory: record the mirror with py-spy (raw stacks)")
     parser.add_argument("--out", default="bench_mirror.jsonl")
@@ -309,7 +312,7 @@ def main() -> int:
     broker_pids = [c.pid for c in clusters] if ctx is not None else []
     print(f"brokers {flavor}; codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; "
           f"buffer.memory "
-          f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; "
+          f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; mirror settings {args.mirror_set}; "
           f"load average {os.getloadavg()[0]:.1f}")
     variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
     print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
@@ -330,7 +333,8 @@ def main() -> int:
                 run = {"code": name, "pythonpath": pythonpath, "codec": codec, "records": records, "compressed_bytes": total_bytes,
                        "batch_bytes": batch_bytes, "value_bytes": args.value_bytes,
                        "batches": total_batches, "broker": flavor,
-                       "buffer_memory": args.buffer_memory, "settings": args.set, "repeat": rep,
+                       "buffer_memory": args.buffer_memory, "settings": args.set,
+                       "mirror_settings": args.mirror_set, "repeat": rep,
                        "codec_impl": codec_impl.IMPLEMENTATION,
                        "load_average": os.getloadavg()[0]}
                 if "fetch" in phases and name == "new":
@@ -352,7 +356,7 @@ def main() -> int:
                     spy = (os.path.join(args.py_spy, f"{codec}-{batch_bytes}-{name}-{rep}.txt")
                            if args.py_spy else None)
                     mr = mirror_run(source, target, topic, prefix, ends, args.buffer_memory,
-                                    broker_pids, args.set, spy, pythonpath)
+                                    broker_pids, args.set + args.mirror_set, spy, pythonpath)
                     run["mirror"] = mr
                     run["mirror_mb_s"] = total_bytes / 1e6 / mr["wall_s"]
                     run["cpu_s_per_gb"] = mr["cpu_s"] / (total_bytes / 1e9)
