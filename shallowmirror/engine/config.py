@@ -67,11 +67,14 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("max.in.flight.requests.per.connection", "int", 5,
                 "Produce requests in flight per target broker connection; also the limit per "
                 "partition (<= 5 when idempotent).", minimum=1),
-        Setting("target.connections.per.broker", "int", 1,
-                "Produce connections to each target broker; target partitions are spread over "
-                "them, each pinned to one (its batches stay in order). A stock broker works on "
-                "one request per connection at a time, so with small batches (few bytes per "
-                "request) more connections let it work on several at once.", minimum=1,
+        Setting("target.connections.per.broker", "int", 2,
+                "Produce connections to each target broker at most. A stock broker works on one "
+                "request per connection at a time; more connections let it validate several at "
+                "once. Each target partition is pinned to one connection (its batches stay in "
+                "order): partitions whose batches are 32 KiB or more are spread over the "
+                "connections, smaller-batch partitions share the first one, because spreading "
+                "them only makes more, smaller requests, which cost the broker more CPU per byte. "
+                "1: one connection per broker.", minimum=1,
                 validator=lambda n: None if n <= 16 else f"at most 16, got {n}"),
         Setting("request.timeout.ms", "int", 30000, "Timeout of one request.", minimum=1000),
         Setting("retry.backoff.ms", "int", 100, "First backoff after a retriable error.",

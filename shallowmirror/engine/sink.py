@@ -7,8 +7,15 @@ each batch header the first time it is sent (``rewrite_for_produce``: a new 61-b
 view of the rest; the payload is never copied or decompressed), and sends the request while up to
 ``max.in.flight.requests.per.connection`` others are outstanding. With
 ``target.connections.per.broker`` > 1 a broker has one sink per connection (*lane*) and each
-target partition is pinned to one lane for life, so everything below holds per lane. The
-acknowledgements of one response go to the engine in one call.
+target partition is pinned to one lane for life, so everything below holds per lane. A stock broker
+works on one request per connection at a time, so lanes let it validate several requests at once;
+but a partition's lane only carries that partition's batches, so spreading partitions also makes
+each request smaller. Partitions are therefore pinned by the size of their first batch: large
+batches (``SPREAD_MIN_BATCH_BYTES`` and up: a request of a few of them already carries hundreds of
+KB) are spread round robin over the lanes; smaller ones all share lane 0, where they keep filling
+one request per round (measured on Kafka 3.7: two lanes made a 256 KiB-batch mirror 1.2-1.5x
+faster and a 16 KiB-batch one 10-30% slower). The acknowledgements of one response go to the
+engine in one call.
 
 Per-partition order: at most ``per_partition_in_flight`` (<= 5 when idempotent) batches of one
 partition are outstanding. When one fails with a retriable error the partition is *blocked*:
@@ -67,6 +74,10 @@ _IDENTITY_ERRORS = {OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOW
                     PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING}
 #: UNKNOWN_TOPIC_OR_PARTITION is retriable in Kafka (metadata may lag); give up after this many.
 UNKNOWN_TARGET_RETRIES = 20
+#: A target partition whose first batch is at least this big is spread over the lanes of its
+#: broker (``target.connections.per.broker``); smaller-batch partitions share lane 0. 32 KiB: a
+#: request of 8 such batches is 256 KB, where the broker's per-request cost no longer dominates.
+SPREAD_MIN_BATCH_BYTES = 32 * 1024
 
 TTP = tuple[str, int]
 
@@ -391,6 +402,7 @@ class Sinks:
         self.lanes = settings["target.connections.per.broker"]
         #: Target partition -> its lane, for life: one connection per partition keeps its order.
         self._lane_of: dict[TTP, int] = {}
+        self._spread = 0             # large-batch partitions pinned so far (round robin)
         #: Set at shutdown, after what was in flight had its chance: produce loops end.
         self.stopped = False
         self.identity_resetting = False
@@ -493,7 +505,7 @@ class Sinks:
                 self._forward_later(ttp), what="target leader lookup",
                 where=Where(cluster=self.alias, topic=target_topic, partition=target_partition))
             return
-        self._sink(leader, ttp).enqueue(batch, ttp)
+        self._sink(leader, ttp, batch.size).enqueue(batch, ttp)
 
     def forward_all(self, batches: list[FetchedBatch], target_topic: str,
                     target_partition: int) -> None:
@@ -509,14 +521,15 @@ class Sinks:
             return
         for batch in batches:
             batch.target_topic, batch.target_partition = target_topic, target_partition
-        self._sink(leader, ttp).enqueue_all(batches, ttp)
+        self._sink(leader, ttp, batches[0].size if batches else 0).enqueue_all(batches, ttp)
 
-    def _sink(self, node_id: int, ttp: TTP) -> Sink:
-        """The sink of ``ttp`` on broker ``node_id``: the lane it was given when first seen
-        (round robin), so its batches always share one connection, in order."""
+    def _sink(self, node_id: int, ttp: TTP, batch_size: int = 0) -> Sink:
+        """The sink of ``ttp`` on broker ``node_id``: the lane it was given when first seen (by
+        ``batch_size``, its first batch's: see the module docstring), so its batches always share
+        one connection, in order."""
         lane = self._lane_of.get(ttp) if self.lanes > 1 else 0
         if lane is None:
-            lane = self._lane_of[ttp] = len(self._lane_of) % self.lanes
+            lane = self._lane_of[ttp] = self._pick_lane(batch_size)
         sink = self.by_node.get((node_id, lane))
         if sink is None:
             sink = self.by_node[(node_id, lane)] = Sink(self, node_id, lane)
@@ -525,6 +538,14 @@ class Sinks:
                                         f"{partitions_text(sink.partitions)})"),
                 where=lambda: where_of(self.alias, sink.partitions))
         return sink
+
+    def _pick_lane(self, batch_size: int) -> int:
+        """Large batches round robin over the lanes, small ones lane 0."""
+        if batch_size < SPREAD_MIN_BATCH_BYTES:
+            return 0
+        lane = self._spread % self.lanes
+        self._spread += 1
+        return lane
 
     async def _forward_later(self, ttp: TTP) -> None:
         """Find ``ttp``'s leader, then queue every batch that waited for it, in the order they
@@ -539,7 +560,8 @@ class Sinks:
                 break
             leader = self.cluster.leader(*ttp)
             if leader is not None:
-                sink = self._sink(leader, ttp)
+                waiting = self._awaiting_leader[ttp]
+                sink = self._sink(leader, ttp, waiting[0].size)
                 for batch in self._awaiting_leader.pop(ttp):
                     sink.enqueue(batch)
                 return
