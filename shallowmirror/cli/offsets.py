@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shallowmirror.replication.groups import CommittedOffset
 
 EXAMPLES = [
     ("shallowmirror offsets translate mm2.properties --group billing --flow A->B",
@@ -196,11 +199,27 @@ def _commit(alias: str, admin: dict, group: str, rows, execute: bool,
     if not offsets:
         raise OffsetsCommandError(f"nothing to write for group {group!r}")
     if not execute:
-        print(f"dry run: {len(offsets)} offsets not written (add --execute)")
+        print(dry_run_summary(group, alias, offsets, groups.committed(group)))
         return 0
     groups.commit(group, offsets)
     print(f"wrote {len(offsets)} offsets of group {group} on cluster {alias}")
     return 0
+
+
+def dry_run_summary(group: str, alias: str, offsets: list[CommittedOffset],
+                    committed: list[CommittedOffset]) -> str:
+    """What a dry run did (nothing) and what --execute would change, against what ``group``
+    has committed on ``alias`` now (group offset sync may already have written it)."""
+    now = {(c.topic, c.partition): c.offset for c in committed}
+    same = sum(1 for o in offsets if now.get((o.topic, o.partition)) == o.offset)
+    head = f"dry run, nothing written: group {group} on cluster {alias}"
+    if same == len(offsets):
+        return (f"{head} already has these {same} offsets (written by group offset sync or an "
+                f"earlier --execute); --execute would change nothing")
+    other = sum(1 for o in offsets if (o.topic, o.partition) in now) - same
+    state = (f"{same} already committed, {other} committed at another offset, "
+             f"{len(offsets) - same - other} with none")
+    return f"{head}: --execute would commit these {len(offsets)} offsets ({state})"
 
 
 @_guarded

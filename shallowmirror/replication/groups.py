@@ -4,28 +4,23 @@ confluent-kafka's AdminClient)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.filters import compile_pattern_list
+from shallowmirror.replication.admin_calls import (
+    CoordinatorBusy,
+    failure_message,
+    retry_coordinator,
+    transient,
+)
 
-#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: a group
-#: coordinator still loading or moving (a fresh cluster creating __consumer_offsets).
-_COORDINATOR_CODES = frozenset({14, 15, 16})
-
-
-def _transient(error) -> bool:
-    return error is not None and (error.code() in _COORDINATOR_CODES or error.retriable())
-
-
-def _retriable(err: KafkaException) -> bool:
-    return _transient(err.args[0] if err.args else None)
+T = TypeVar("T")
 
 
 class GroupError(ShallowMirrorError):
@@ -55,50 +50,64 @@ class CommittedOffset:
 
 
 class Groups:
-    """Group operations on one cluster."""
+    """Group operations on one cluster. Each call is retried while the group coordinator is
+    loading or moving (``admin_calls.retry_coordinator``), for at most ``timeout_s``."""
 
     def __init__(self, config: Mapping[str, Any], *, alias: str, timeout_s: float = 30.0):
         self.alias = alias
         self.timeout_s = timeout_s
+        self.config = dict(config)
         self.admin = admin_client(config, what=f"cluster {alias} admin")
 
     def _fail(self, what: str, err: Exception) -> GroupError:
-        return GroupError(f"cluster {self.alias}: {what}: {err}")
+        return GroupError(failure_message(self.alias, self.config, what, err, self.timeout_s))
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """``call()`` with coordinator retries; any failure becomes one ``GroupError``."""
+        try:
+            return retry_coordinator(call, timeout_s=self.timeout_s, what=what,
+                                     fail=lambda message: GroupError(
+                                         f"cluster {self.alias}: {message}"))
+        except KafkaException as err:
+            raise self._fail(what, err) from err
 
     def list(self) -> list[str]:
-        try:
+        def call() -> list[str]:
             result = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result()
-        except KafkaException as err:
-            raise self._fail("listing consumer groups failed", err) from err
-        return sorted(g.group_id for g in result.valid)
+            return sorted(g.group_id for g in result.valid)
+
+        return self._call("listing consumer groups", call)
 
     def committed(self, group: str) -> list[CommittedOffset]:
         """The group's committed offsets (partitions without one are left out)."""
-        request = [ConsumerGroupTopicPartitions(group)]
-        try:
-            futures = self.admin.list_consumer_group_offsets(request,
-                                                             request_timeout=self.timeout_s)
+        def call() -> list[CommittedOffset]:
+            futures = self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout_s)
             answer = futures[group].result()
-        except KafkaException as err:
-            raise self._fail(f"reading the offsets of group {group!r} failed", err) from err
-        return sorted((CommittedOffset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
-                       for tp in answer.topic_partitions or []
-                       if tp.error is None and tp.offset >= 0),
-                      key=lambda c: (c.topic, c.partition))
+            busy = [tp.error for tp in answer.topic_partitions or [] if transient(tp.error)]
+            if busy:
+                raise CoordinatorBusy(busy[0])
+            return sorted((CommittedOffset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
+                           for tp in answer.topic_partitions or []
+                           if tp.error is None and tp.offset >= 0),
+                          key=lambda c: (c.topic, c.partition))
+
+        return self._call(f"reading the offsets of group {group!r}", call)
 
     def active_members(self, group: str) -> int:
         """Members currently in the group: 0 for an empty, dead or unknown group. A group in a
         stable or rebalancing state counts at least 1 (tansu lists no members)."""
         from confluent_kafka import ConsumerGroupState
 
-        try:
+        idle = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+
+        def call() -> int:
             described = self.admin.describe_consumer_groups(
                 [group], request_timeout=self.timeout_s)[group].result()
-        except KafkaException as err:
-            raise self._fail(f"describing group {group!r} failed", err) from err
-        idle = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
-        members = len(described.members or [])
-        return max(members, 0 if described.state in idle else 1)
+            members = len(described.members or [])
+            return max(members, 0 if described.state in idle else 1)
+
+        return self._call(f"describing group {group!r}", call)
 
     def commit(self, group: str, offsets: Iterable[CommittedOffset]) -> None:
         """Write ``offsets`` as the group's committed offsets (the group must be empty)."""
@@ -106,26 +115,20 @@ class Groups:
                       for c in offsets]
         if not partitions:
             return
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                answer = self.admin.alter_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group, partitions)],
-                    request_timeout=self.timeout_s)[group].result()
-            except KafkaException as err:
-                if _retriable(err) and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                raise self._fail(f"writing the offsets of group {group!r} failed", err) \
-                    from err
+
+        def call() -> Any:
+            answer = self.admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, partitions)],
+                request_timeout=self.timeout_s)[group].result()
             errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
-            # A coordinator still loading or moving (a fresh cluster): ask again.
-            if errors and all(_transient(e) for e in errors) and time.monotonic() < deadline:
-                time.sleep(0.5)
-                continue
-            break
-        failed = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in answer.topic_partitions
-                  if tp.error is not None]
+            # Every partition refused by a coordinator still loading or moving: ask again.
+            if errors and all(transient(e) for e in errors):
+                raise CoordinatorBusy(errors[0])
+            return answer
+
+        what = f"writing the offsets of group {group!r}"
+        answer = self._call(what, call)
+        failed = [f"{tp.topic}-{tp.partition}: {tp.error.name()}: {tp.error.str()}"
+                  for tp in answer.topic_partitions if tp.error is not None]
         if failed:
-            raise GroupError(f"cluster {self.alias}: writing the offsets of group {group!r} "
-                             f"failed for {', '.join(failed)}")
+            raise GroupError(f"cluster {self.alias}: {what} failed for {', '.join(failed)}")

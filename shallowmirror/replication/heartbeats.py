@@ -50,8 +50,12 @@ HEARTBEAT_SETTINGS = [
             "(S, T), `Heartbeat(S, T, now)` to the topic `heartbeats` on T, whether or not S->T "
             "is enabled (as MM2 3.7), so MM2's `RemoteClusterUtils.upstreamClusters` / "
             "`replicationHops` work and each flow reports its end-to-end latency. MM2's default "
-            "is true; shallowmirror's is false, so a mirror creates and mirrors no topic nobody "
-            "asked for. Per pair: `S->T.emit.heartbeats.enabled`.", scope="flow"),
+            "is true; shallowmirror's is false on purpose: emitting writes to every cluster of "
+            "an enabled flow, the source too (`heartbeats` on A for the pair (B, A)), so a "
+            "one-way mirror would need topic-create and write rights on its source and would "
+            "create and mirror topics (`heartbeats`, `A.heartbeats`) nobody asked for. Set it to "
+            "true when replacing an MM2 whose heartbeats something reads (`RemoteClusterUtils`, "
+            "heartbeat monitoring). Per pair: `S->T.emit.heartbeats.enabled`.", scope="flow"),
     Setting("emit.heartbeats.interval.seconds", "float", 1.0,
             "How often each pair emits a heartbeat (MM2's default: 1 s).", scope="flow",
             minimum=0.01),

@@ -17,6 +17,7 @@ from confluent_kafka.admin import NewTopic
 
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import admin_client, build_client
+from shallowmirror.replication.admin_calls import describe, failure_message
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
     try:
         listed = admin.list_topics(timeout=timeout_s)
     except KafkaException as err:
-        raise InternalTopicError(f"cluster {alias}: cannot list topics: {err}") from err
+        raise InternalTopicError(failure_message(alias, config, "listing topics", err,
+                                                 timeout_s)) from err
     if topic in listed.topics and not listed.topics[topic].error:
         return False
     new = NewTopic(topic, num_partitions=1, replication_factor=replication_factor,
@@ -54,7 +56,8 @@ def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
         if err.args and getattr(err.args[0], "code", lambda: None)() \
                 == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
-        raise InternalTopicError(f"cluster {alias}: cannot create topic {topic}: {err}") from err
+        raise InternalTopicError(failure_message(alias, config, f"creating topic {topic}", err,
+                                                 timeout_s)) from err
     log.info("cluster %s: created %s (compacted, 1 partition)", alias, topic)
     return True
 
@@ -70,7 +73,8 @@ def read_topic(config: Mapping[str, Any], topic: str, *, alias: str,
         try:
             listed = consumer.list_topics(topic, timeout=timeout_s)
         except KafkaException as err:
-            raise InternalTopicError(f"cluster {alias}: cannot read {topic}: {err}") from err
+            raise InternalTopicError(failure_message(alias, config, f"reading {topic}", err,
+                                                     timeout_s)) from err
         meta = listed.topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
             return []
@@ -90,7 +94,8 @@ def read_topic(config: Mapping[str, Any], topic: str, *, alias: str,
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     return records
-                raise InternalTopicError(f"cluster {alias}: reading {topic}: {error}")
+                raise InternalTopicError(f"cluster {alias}: reading {topic} failed: "
+                                         f"{describe(error)}")
             records.append((message.key(), message.value()))
     finally:
         consumer.close()

@@ -27,7 +27,7 @@ from test_offset_translation import (
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import load_mm2
 from shallowmirror.replication.checkpoints import checkpoints_topic, read_checkpoints
-from shallowmirror.replication.groups import CommittedOffset, GroupError, Groups
+from shallowmirror.replication.groups import CommittedOffset, Groups
 from shallowmirror.testing.workload import Workload, load
 
 pytestmark = pytest.mark.integration
@@ -47,18 +47,8 @@ def expected_back(pairs: list[tuple[int, int]], target_position: int) -> int:
 
 
 def commit(cluster_config, alias: str, group: str, offsets: list[CommittedOffset]) -> None:
-    """Commit as a consumer would; a fresh Kafka answers NOT_COORDINATOR while it creates
-    __consumer_offsets, which a client retries."""
-    def done() -> bool:
-        try:
-            Groups(cluster_config, alias=alias).commit(group, offsets)
-        except GroupError as err:
-            if "NOT_COORDINATOR" in str(err) or "COORDINATOR_LOAD_IN_PROGRESS" in str(err):
-                return False
-            raise
-        return True
-
-    wait_for(done, 60, f"committing {group} on {alias}")
+    """Commit as a consumer would (``Groups`` waits out a fresh Kafka's NOT_COORDINATOR)."""
+    Groups(cluster_config, alias=alias).commit(group, offsets)
 
 
 def committed(cluster_config, alias: str, group: str) -> dict[tuple[str, int], int]:
@@ -182,3 +172,18 @@ def test_an_active_group_is_logged_once_and_left_alone_until_it_is_idle(
         live.close()
         if mirror is not None:
             assert mirror.terminate() == 0, mirror.log()[-3000:]
+
+
+@pytest.mark.needs_real_kafka("tansu's group coordinator answers at once; a fresh Kafka cluster "
+                              "answers NOT_COORDINATOR while it creates __consumer_offsets")
+def test_group_calls_wait_out_the_coordinator_of_a_fresh_cluster(start_broker, unique_topic):
+    """The first group requests to a cluster that just started (offset sync, checkpoints and the
+    offsets CLI make them) succeed instead of failing until the next interval."""
+    fresh = start_broker("fresh")
+    groups = Groups(fresh.client_config(), alias="F")
+    group, topic = f"g-{uuid.uuid4().hex[:8]}", unique_topic("fresh")
+    assert groups.active_members(group) == 0        # the first request: NOT_COORDINATOR on Kafka
+    assert groups.committed(group) == []
+    load(fresh, Workload(topic, records=10, partitions=1))
+    groups.commit(group, [CommittedOffset(topic, 0, 5, "meta")])
+    assert groups.committed(group) == [CommittedOffset(topic, 0, 5, "meta")]
