@@ -238,11 +238,17 @@ def test_checkpoints_failover_and_failback_reread_and_skip_nothing(
     assert java_translate_offsets(tmp_path, target_cluster.bootstrap, "A", billing) == truth
 
     dry = run_cli("offsets", "failover", str(props), "--group", billing, "--to", "B")
-    assert dry.returncode == 0 and "dry run" in dry.stdout, dry.stderr
+    assert dry.returncode == 0, dry.stderr
+    assert (f"dry run, nothing written: group {billing} on cluster B: --execute would commit "
+            f"these 3 offsets (0 already committed, 0 committed at another offset, 3 with "
+            f"none)") in dry.stdout, dry.stdout
     assert Groups(flow.target_admin, alias="B").committed(billing) == []
     done = run_cli("offsets", "failover", str(props), "--group", billing, "--to", "B",
                    "--execute")
     assert done.returncode == 0, done.stderr
+    again = run_cli("offsets", "failover", str(props), "--group", billing, "--to", "B")
+    assert f"group {billing} on cluster B already has these 3 offsets" in again.stdout, \
+        again.stdout
     on_b = {c.partition: c.offset for c in Groups(flow.target_admin, alias="B")
             .committed(billing)}
     assert {(remote, p): o for p, o in on_b.items()} == truth
