@@ -17,6 +17,9 @@ Markers:
 - ``harness_tansu``: the test exercises the tansu starter itself (port clash, missing binary,
   the demo's embedded brokers); it runs in the tansu session only — the Kafka starter has its own
   tests (``test_kafka_harness.py``).
+- ``broker_independent("why")``: what the test proves does not depend on the broker (a report
+  computed from a run's metrics, an address nothing listens on): skipped in the Apache Kafka
+  session, which `make test` runs after the tansu one.
 
 At session end every broker process started by this test process must be gone (checked by pid);
 if one is left, it is killed and the session fails loudly.
@@ -68,6 +71,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                     f"(the Apache Kafka run of `make test` covers it)")
     if item.get_closest_marker("harness_tansu") is not None and flavor != "tansu":
         pytest.skip("tests the embedded tansu starter itself: covered by the tansu run")
+    independent = item.get_closest_marker("broker_independent")
+    if independent is not None and flavor == "kafka":
+        why = independent.args[0] if independent.args else ""
+        pytest.skip(f"does not depend on the broker{': ' + why if why else ''}: covered by the "
+                    f"tansu run")
 
 
 @pytest.fixture(scope="session")

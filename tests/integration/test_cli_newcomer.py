@@ -118,6 +118,7 @@ def test_unreachable_source_is_quiet_and_sigint_stops_at_once(target_cluster, tm
         "  A->B (shallow): 0 records, 0.0 MB compressed, 0 topics, lag unknown"], log
 
 
+@pytest.mark.broker_independent("nothing listens on the address")
 def test_load_against_an_unreachable_broker_says_so(tmp_path):
     port = free_port()
     result = subprocess.run(command("load", "--bootstrap-servers", f"127.0.0.1:{port}",
@@ -271,6 +272,7 @@ def test_deep_lag_after_sigterm_counts_every_partition(source_cluster, target_cl
 
 
 @pytest.mark.spark
+@pytest.mark.broker_independent("the report is computed by Spark from the run's metrics file")
 def test_report_of_a_mirror_run_has_both_paths_cpu_and_throughput_windows(
         source_cluster, target_cluster, tmp_path, unique_topic):
     import csv

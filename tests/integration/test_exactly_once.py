@@ -155,8 +155,11 @@ def _eos_config(tmp_path, source, target, topic):
 
 @pytest.mark.needs_real_kafka(
     "tansu 0.6 never reports aborted transactions in Fetch: read_committed sees aborted records")
-def test_kill_9_ten_times_loses_nothing_and_duplicates_nothing(source_cluster, target_cluster,
-                                                               tmp_path, unique_topic):
+def test_kill_9_five_times_loses_nothing_and_duplicates_nothing(source_cluster, target_cluster,
+                                                                tmp_path, unique_topic):
+    """Each run is killed as soon as the target grew under it, so from the second run on each
+    one starts over a killed run's open transactions (fenced, aborted) and is killed in its own:
+    more runs repeat that same cycle."""
     from test_mirror_cli import Background, run_until_caught_up, wait_for
 
     topic = unique_topic("eos-kill")
@@ -164,7 +167,7 @@ def test_kill_9_ten_times_loses_nothing_and_duplicates_nothing(source_cluster, t
                                   value_bytes=200))
     remote = f"A.{topic}"
     config = _eos_config(tmp_path, source_cluster, target_cluster, topic)
-    for kill in range(10):
+    for kill in range(5):
         load(source_cluster, Workload(topic, records=3000, partitions=3, codec="lz4",
                                       value_bytes=200, create_topic=False, seed=kill + 1))
         before = _high_watermarks(target_cluster, remote, 3)
@@ -177,7 +180,7 @@ def test_kill_9_ten_times_loses_nothing_and_duplicates_nothing(source_cluster, t
             mirror.stop()
     run_until_caught_up("mirror", str(config))
     source = read_topic(source_cluster, topic)
-    assert sum(map(len, source.values())) == 50000
+    assert sum(map(len, source.values())) == 35000
     # read_committed: every record once, in source order per partition.
     assert_same_records(source, read_topic(target_cluster, remote))
 
@@ -238,7 +241,9 @@ def _committed_count(cluster, topic: str) -> int:
 def test_two_instances_in_one_group_killed_in_turn_lose_and_duplicate_nothing(
         source_cluster, target_cluster, tmp_path, unique_topic):
     """Partitions move between the two through the source group (revocations commit or abandon
-    open transactions, assignments fence the dead owner's ids); kill -9 of either, in turn."""
+    open transactions, assignments fence the dead owner's ids); kill -9 of either, in turn:
+    each original instance once (the second after it took over the first one's partitions),
+    then a restarted one. Each kill waits out the dead member's session (6 s on Kafka)."""
     from test_mirror_cli import Background, mm2_properties, run_until_caught_up, wait_for
 
     topic = unique_topic("eos-group")
@@ -252,7 +257,7 @@ def test_two_instances_in_one_group_killed_in_turn_lose_and_duplicate_nothing(
     mirrors = [Background("mirror", str(config), log_path=tmp_path / f"m{i}-0.log")
                for i in range(2)]
     try:
-        for kill in range(4):
+        for kill in range(3):
             load(source_cluster, Workload(topic, records=4000, partitions=4, codec="lz4",
                                           value_bytes=200, create_topic=False, seed=kill + 1))
             victim = kill % 2
@@ -266,7 +271,7 @@ def test_two_instances_in_one_group_killed_in_turn_lose_and_duplicate_nothing(
             mirrors[victim].stop()
             mirrors[victim] = Background("mirror", str(config),
                                          log_path=tmp_path / f"m{victim}-{kill + 1}.log")
-        wait_for(lambda: _committed_count(target_cluster, remote) == 36000, 120,
+        wait_for(lambda: _committed_count(target_cluster, remote) == 32000, 120,
                  "both instances to mirror everything", mirrors[0])
         for mirror in mirrors:
             assert mirror.terminate() == 0, mirror.log()[-3000:]
