@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shallowmirror.engine.budget import FrameLease
-from shallowmirror.engine.offsets import Entry, OffsetMap, PartitionOffsets
+from shallowmirror.engine.offsets import OffsetMap, PartitionOffsets
 from shallowmirror.engine.producer_identity import Stamp
 
 TP = tuple[str, int]
@@ -26,24 +26,33 @@ class FetchedBatch:
 
     ``view`` aliases the fetch frame (or a rebuilt batch after a trim/repack/legacy conversion,
     then ``rebuilt`` says which). ``source_base`` is the first forwarded offset and ``next_offset``
-    the source offset after the batch."""
+    the source offset after the batch.
+
+    Once registered with its partition's offsets (``PartitionOffsets.add_batches``) the batch is
+    itself that partition's entry for [``start``, ``end``): one object per batch from fetch to
+    acknowledgement, not a batch plus an entry plus a stamp (the per-batch cost of small
+    batches is mostly objects made and attributes set)."""
 
     __slots__ = (
-        "topic", "partition", "view", "lease", "entry", "fetched_at", "record_count", "size",
+        "topic", "partition", "view", "lease", "fetched_at", "record_count", "size",
         "compression", "source_base", "next_offset", "rebuilt", "target_topic",
-        "target_partition", "stamp", "header", "rest", "attempts", "done", "abandoned",
+        "target_partition", "header", "rest", "attempts", "done", "abandoned",
         "_callbacks", "_future", "high_watermark", "enqueue_no", "record_offsets",
+        # the offsets entry (engine.offsets): start < 0 until registered
+        "start", "end", "acked", "target_base", "is_gap",
+        # the producer identity stamped into ``header`` (generation < 0: not stamped)
+        "producer_id", "producer_epoch", "base_sequence", "stamp_generation",
     )
 
-    def __init__(self, topic: str, partition: int, view: Any, *, lease: FrameLease | None,
+    def __init__(self, topic: str, partition: int, view: Any, lease: FrameLease | None,
                  source_base: int, next_offset: int, rebuilt: str | None = None,
-                 high_watermark: int = -1) -> None:
+                 high_watermark: int = -1, fetched_at: float | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.view = view
         self.lease = lease
-        self.entry: Entry | None = None
-        self.fetched_at = time.monotonic()
+        #: When the fetch response came (latency metrics): one clock read per response.
+        self.fetched_at = time.monotonic() if fetched_at is None else fetched_at
         self.record_count: int = view.record_count
         self.size: int = view.size
         self.compression: int = view.compression
@@ -53,7 +62,6 @@ class FetchedBatch:
         self.high_watermark = high_watermark
         self.target_topic: str | None = None
         self.target_partition: int | None = None
-        self.stamp: Stamp | None = None
         self.header: bytes | None = None
         self.rest: memoryview | None = None
         self.attempts = 0
@@ -67,6 +75,39 @@ class FetchedBatch:
         self._callbacks: list[Callable[[FetchedBatch, int | None, BaseException | None],
                                        None]] | None = None
         self._future: asyncio.Future | None = None
+        self.start = -1
+        self.end = next_offset
+        self.acked = False
+        self.target_base: int | None = None
+        self.is_gap = False
+        self.stamp_generation = -1
+
+    # ---- as an offsets entry ----
+    @property
+    def entry(self) -> FetchedBatch | None:
+        """The batch's offsets entry (itself) once registered, else None."""
+        return self if self.start >= 0 else None
+
+    @property
+    def payload(self) -> FetchedBatch:
+        """What an offsets entry carries: the batch itself."""
+        return self
+
+    @property
+    def stamp(self) -> Stamp | None:
+        """The producer identity in ``header`` (None: not stamped yet)."""
+        if self.stamp_generation < 0:
+            return None
+        return Stamp(self.producer_id, self.producer_epoch, self.base_sequence,
+                     self.stamp_generation)
+
+    @stamp.setter
+    def stamp(self, stamp: Stamp | None) -> None:
+        if stamp is None:
+            self.stamp_generation = -1
+            return
+        (self.producer_id, self.producer_epoch, self.base_sequence,
+         self.stamp_generation) = stamp
 
     def __repr__(self) -> str:
         return (f"FetchedBatch({self.topic}-{self.partition} @{self.source_base}"

@@ -68,9 +68,10 @@ class FrameLease:
         self._released = False
         budget.charge(n_bytes)
 
-    def hold(self) -> None:
+    def hold(self, n: int = 1) -> None:
+        """``n`` more batches hold the frame (one call for all the batches of a partition)."""
         assert not self._released, "frame lease used after release"
-        self.holders += 1
+        self.holders += n
 
     def drop(self) -> None:
         assert self.holders > 0, "frame lease dropped more often than held"

@@ -322,12 +322,14 @@ class EngineCore:
             log.info("%s: target answered DUPLICATE_SEQUENCE_NUMBER: batch already written, "
                      "its target offset is unknown (recorded as unknown in the offset map)",
                      self._where((batch.topic, batch.partition), batch.source_base))
-        if batch.abandoned or sp is None or batch.entry is None or batch.entry.acked:
+        # The batch is its own offsets entry (start < 0: never registered).
+        if batch.abandoned or sp is None or batch.start < 0 or batch.acked:
             batch._finish(target_base, None)
             return
-        sp.offsets.ack(batch.entry, target_base)
-        if not self.runtime.startup.done:
-            self.runtime.startup.mark("first record")
+        sp.offsets.ack(batch, target_base)
+        startup = self.runtime.startup
+        if not startup.done:
+            startup.mark("first record")
         if self.hooks.batch_acknowledged:
             assert batch.target_topic is not None and batch.target_partition is not None
             self.hooks.batch_acknowledged(BatchAck(
@@ -344,10 +346,9 @@ class EngineCore:
     def batch_dropped(self, batch: FetchedBatch) -> None:
         """A program chose not to forward ``batch``: its offsets count as done, no map row."""
         sp = self.partitions.get((batch.topic, batch.partition))
-        if sp is not None and batch.entry is not None and not batch.entry.acked \
-                and not batch.abandoned:
-            batch.entry.is_gap = True
-            sp.offsets.ack(batch.entry, None)
+        if sp is not None and batch.start >= 0 and not batch.acked and not batch.abandoned:
+            batch.is_gap = True
+            sp.offsets.ack(batch, None)
         batch._finish(None, None)
         self.runtime.progress.notify()
 

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class MapRow(NamedTuple):
@@ -61,49 +62,64 @@ class MapRow(NamedTuple):
 class OffsetMap:
     """Exact source->target offset translation for one partition, one row per forwarded batch.
 
-    ``max_rows`` bounds memory: the oldest rows are dropped first (``first_source_offset`` then
-    says from where translation is available)."""
+    Rows are kept as three parallel columns of ints (a ``MapRow`` is made only when one is read):
+    one row is added per acknowledged batch, and a tuple per batch was a measurable share of a
+    small batch's cost. ``max_rows`` bounds memory: the oldest rows are dropped first
+    (``first_source_offset`` then says from where translation is available)."""
 
     def __init__(self, max_rows: int = 1_000_000) -> None:
         self.max_rows = max_rows
         self._bases: deque[int] = deque()
-        self._rows: deque[MapRow] = deque()
+        self._counts: deque[int] = deque()
+        self._targets: deque[int | None] = deque()
 
     def add(self, row: MapRow) -> None:
-        rows = self._rows
-        if rows:
-            last = rows[-1]
-            assert row.source_base >= last.source_base + last.count, (
-                f"offset map rows overlap: {last} then {row}")
-        rows.append(row)
-        self._bases.append(row.source_base)
-        if len(rows) > self.max_rows:
-            rows.popleft()
-            self._bases.popleft()
+        self.add_row(row.source_base, row.count, row.target_base)
+
+    def add_row(self, source_base: int, count: int, target_base: int | None) -> None:
+        """``add(MapRow(source_base, count, target_base))`` without making the row."""
+        bases = self._bases
+        if bases:
+            assert source_base >= bases[-1] + self._counts[-1], (
+                f"offset map rows overlap: {self._row(-1)} then "
+                f"{MapRow(source_base, count, target_base)}")
+        bases.append(source_base)
+        self._counts.append(count)
+        self._targets.append(target_base)
+        if len(bases) > self.max_rows:
+            bases.popleft()
+            self._counts.popleft()
+            self._targets.popleft()
+
+    def _row(self, index: int) -> MapRow:
+        return MapRow(self._bases[index], self._counts[index], self._targets[index])
 
     def forget_from(self, source_offset: int) -> int:
         """Drop every row that reaches ``source_offset`` or beyond (the source log restarted
         below them); returns how many were dropped. Translation of those offsets becomes
         unknown rather than wrong."""
         dropped = 0
-        while self._rows and self._rows[-1].source_end > source_offset:
-            self._rows.pop()
-            self._bases.pop()
+        bases, counts = self._bases, self._counts
+        while bases and bases[-1] + counts[-1] > source_offset:
+            bases.pop()
+            counts.pop()
+            self._targets.pop()
             dropped += 1
         return dropped
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._bases)
 
     def rows(self) -> list[MapRow]:
-        return list(self._rows)
+        return [MapRow(*row) for row in zip(self._bases, self._counts, self._targets,
+                                            strict=True)]
 
     def row_for(self, source_offset: int) -> MapRow | None:
         """The row holding ``source_offset``, or None (a gap, not yet mirrored, or trimmed)."""
         index = bisect.bisect_right(self._bases, source_offset) - 1
         if index < 0:
             return None
-        row = self._rows[index]
+        row = self._row(index)
         return row if source_offset < row.source_end else None
 
     def translate(self, source_offset: int) -> int | None:
@@ -116,7 +132,7 @@ class OffsetMap:
     def row_before(self, source_position: int) -> MapRow | None:
         """The last row starting below ``source_position`` (None: no such row)."""
         index = bisect.bisect_left(self._bases, source_position) - 1
-        return self._rows[index] if index >= 0 else None
+        return self._row(index) if index >= 0 else None
 
     def translate_position(self, source_position: int) -> int | None:
         """Translate a consumer *position* (next offset to read): the target position after the
@@ -128,11 +144,11 @@ class OffsetMap:
 
     @property
     def first_source_offset(self) -> int | None:
-        return self._rows[0].source_base if self._rows else None
+        return self._bases[0] if self._bases else None
 
     @property
     def unknown_rows(self) -> int:
-        return sum(1 for row in self._rows if row.target_base is None)
+        return sum(1 for target in self._targets if target is None)
 
 
 @dataclass(eq=False, slots=True)
@@ -189,6 +205,20 @@ class PartitionOffsets:
         self._end = end
         return entry
 
+    def add_batches(self, batches: Sequence[Any]) -> None:
+        """Register forwarded batches (in order) that are their own entries: each has
+        ``source_base``, ``record_count`` and ``next_offset``, and gets ``start``/``end`` here
+        (the engine's ``FetchedBatch``: one object per batch instead of a batch and an entry)."""
+        end = self._end
+        for batch in batches:
+            source_base = batch.source_base
+            assert end <= source_base and source_base + batch.record_count <= batch.next_offset, (
+                f"batch at {source_base} starts below the fetched end {end}")
+            batch.start = end
+            end = batch.end = batch.next_offset
+        self._entries.extend(batches)
+        self._end = end
+
     def add_gap(self, end: int) -> Entry | None:
         """Fetched offsets up to ``end`` that will not be forwarded: acknowledged at once."""
         if end <= self._end:
@@ -204,7 +234,6 @@ class PartitionOffsets:
         assert not entry.acked, f"entry {entry} acknowledged twice"
         entry.acked = True
         entry.target_base = target_base
-        entry.payload = None
         entries = self._entries
         if entries[0] is entry and (len(entries) == 1 or not entries[1].acked):
             # The usual case: the oldest entry, nothing acknowledged behind it (what _advance
@@ -213,7 +242,7 @@ class PartitionOffsets:
             assert entry.start == self._committed, (
                 f"entries not contiguous: committed {self._committed}, next starts {entry.start}")
             if not entry.is_gap and entry.record_count:
-                self.offset_map.add(MapRow(entry.source_base, entry.record_count, target_base))
+                self.offset_map.add_row(entry.source_base, entry.record_count, target_base)
             self._committed = entry.end
             return entry.end
         self._advance()
@@ -227,8 +256,8 @@ class PartitionOffsets:
             assert entry.start == committed, (
                 f"entries not contiguous: committed {committed}, next starts {entry.start}")
             if not entry.is_gap and entry.record_count:
-                self.offset_map.add(MapRow(entry.source_base, entry.record_count,
-                                           entry.target_base))
+                self.offset_map.add_row(entry.source_base, entry.record_count,
+                                        entry.target_base)
             committed = entry.end
         self._committed = committed
         assert committed >= before

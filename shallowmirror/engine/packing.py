@@ -43,8 +43,11 @@ def plan_request(queues: Mapping[K, deque[B]], order: Sequence[K], *, size_of: C
                  max_request_bytes: int) -> Plan[K, B]:
     """Pick at most one head batch per partition, in ``order``, while the request fits.
 
-    ``order`` is the rotation the caller maintains (every key of ``queues`` exactly once)."""
-    plan: Plan[K, B] = Plan()
+    ``order`` is the rotation the caller maintains (every key of ``queues`` exactly once: so no
+    partition is picked twice, which stock brokers would reject)."""
+    picks: list[tuple[K, B]] = []
+    too_large: list[tuple[K, B]] = []
+    request_bytes = REQUEST_OVERHEAD_BYTES
     topics_seen: set[str] = set()
     for key in order:
         queue = queues.get(key)
@@ -56,17 +59,15 @@ def plan_request(queues: Mapping[K, deque[B]], order: Sequence[K], *, size_of: C
         if topic not in topics_seen:
             extra += topic_overhead_bytes(topic)
         if REQUEST_OVERHEAD_BYTES + extra > max_request_bytes:
-            plan.too_large.append((key, batch))
+            too_large.append((key, batch))
             continue
-        if plan.request_bytes + extra > max_request_bytes:
+        if request_bytes + extra > max_request_bytes:
             continue        # a smaller head further on may still fit
-        plan.picks.append((key, batch))
-        plan.request_bytes += extra
+        picks.append((key, batch))
+        request_bytes += extra
         topics_seen.add(topic)
-    keys = [key for key, _ in plan.picks]
-    assert len(keys) == len(set(keys)), "two batches of one partition in one request"
-    assert plan.request_bytes <= max_request_bytes or not plan.picks
-    return plan
+    assert request_bytes <= max_request_bytes or not picks
+    return Plan(picks, too_large, request_bytes)
 
 
 class Rotation(Generic[K]):

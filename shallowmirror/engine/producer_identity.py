@@ -93,6 +93,18 @@ class ProducerIdentity:
         self._next_sequence[key] = (base + record_count) % _SEQUENCE_MODULUS
         return Stamp(self.producer_id, self.producer_epoch, base, self.generation)
 
+    def next_base_sequence(self, key: tuple[str, int], record_count: int) -> int:
+        """``stamp(*key, record_count).base_sequence`` without making the Stamp (the producer
+        id and epoch are this object's own): the sink's per-batch path."""
+        if not self.idempotent:
+            return NO_SEQUENCE
+        assert self.producer_id >= 0, "stamp() before init()"
+        assert record_count > 0, "an idempotent batch needs at least one record"
+        sequences = self._next_sequence
+        base = sequences.get(key, 0)
+        sequences[key] = (base + record_count) % _SEQUENCE_MODULUS
+        return base
+
     def next_sequence(self, topic: str, partition: int) -> int:
         return self._next_sequence.get((topic, partition), 0)
 

@@ -40,6 +40,7 @@ from kafka.protocol.admin import DescribeConfigsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
+from shallowmirror.codec import rewrite_for_produce
 from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.config import acks_value
@@ -86,7 +87,7 @@ class TargetPartitionQueue:
     """Batches waiting for one target partition, and what is in flight for it."""
 
     __slots__ = ("queue", "in_flight", "failed", "blocked_until", "unknown_attempts",
-                 "acked_identity")
+                 "acked_producer_id", "acked_producer_epoch")
 
     def __init__(self) -> None:
         self.queue: deque[FetchedBatch] = deque()
@@ -94,9 +95,18 @@ class TargetPartitionQueue:
         self.failed: list[FetchedBatch] = []   # waiting for in_flight == 0 to be requeued
         self.blocked_until = 0.0
         self.unknown_attempts = 0
-        #: (producer id, epoch) the broker acknowledged a batch of this partition from: from
-        #: then on it holds the producer's sequence state here and refuses any gap.
-        self.acked_identity: tuple[int, int] | None = None
+        #: Producer id and epoch the broker acknowledged a batch of this partition from (-1:
+        #: none yet): from then on it holds the producer's sequence state here and refuses any
+        #: gap. Two ints, not a tuple: set on every acknowledgement.
+        self.acked_producer_id = -1
+        self.acked_producer_epoch = -1
+
+    @property
+    def acked_identity(self) -> tuple[int, int] | None:
+        """(producer id, epoch) of the last acknowledged batch, None if none yet."""
+        if self.acked_producer_id < 0:
+            return None
+        return (self.acked_producer_id, self.acked_producer_epoch)
 
 
 class Sink:
@@ -167,12 +177,19 @@ class Sink:
                    for tq in self.partitions.values())
 
     def _can_send(self, ttp: TTP) -> bool:
+        """Whether ``ttp``'s head batch may go into the next request. Heads abandoned meanwhile
+        (partition revoked or stopped) are dropped here first: the planner visits every queue
+        anyway, so this costs no loop of its own."""
         tq = self.partitions[ttp]
-        if tq.failed or tq.in_flight >= self.per_partition:
+        queue = tq.queue
+        while queue and queue[0].abandoned:
+            queue.popleft().release()
+        if not queue or tq.failed or tq.in_flight >= self.per_partition:
             return False
         identity = self.owner.identity
-        if identity.idempotent and tq.in_flight and \
-                tq.acked_identity != (identity.producer_id, identity.producer_epoch):
+        if identity.idempotent and tq.in_flight and (
+                tq.acked_producer_id != identity.producer_id
+                or tq.acked_producer_epoch != identity.producer_epoch):
             # Kafka accepts *any* first sequence from a producer it holds no state for (KIP-360,
             # ProducerAppendInfo.checkSequence): if the first batch failed (NOT_LEADER right
             # after a topic is created) the second could land before it. So one batch at a time
@@ -187,7 +204,6 @@ class Sink:
         """The produce loop (supervised by the engine: an error escaping it is not swallowed)."""
         loop = asyncio.get_running_loop()
         while not self.owner.stopped:
-            self._drop_abandoned_heads()
             if self.requests_in_flight >= self.max_requests:
                 self.wake.clear()
                 await self.wake.wait()
@@ -206,14 +222,15 @@ class Sink:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout)
                 continue
-            picks = []
-            for ttp, batch in plan.picks:
-                tq = self.partitions[ttp]
+            picks = plan.picks
+            stamp = self.owner.stamp
+            partitions = self.partitions
+            for ttp, batch in picks:
+                tq = partitions[ttp]
                 tq.queue.popleft()
                 tq.in_flight += 1
-                self.owner.stamp(batch)
+                stamp(batch, ttp)
                 batch.attempts += 1
-                picks.append((ttp, batch))
             self.requests_in_flight += 1
             # Described lazily: the text is only needed if the request fails.
             self.owner.runtime.supervisor.spawn(
@@ -221,11 +238,6 @@ class Sink:
                     f"produce request to target broker {self.node_id} "
                     f"(partitions {partitions_text(ttp for ttp, _ in picks)})"),
                 where=lambda picks=picks: where_of(self.owner.alias, (ttp for ttp, _ in picks)))
-
-    def _drop_abandoned_heads(self) -> None:
-        for tq in self.partitions.values():
-            while tq.queue and tq.queue[0].abandoned:
-                tq.queue.popleft().release()
 
     async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
         try:
@@ -297,8 +309,9 @@ class Sink:
             if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
                 tq.in_flight -= 1
                 tq.unknown_attempts = 0
-                if batch.stamp is not None:
-                    tq.acked_identity = (batch.stamp.producer_id, batch.stamp.producer_epoch)
+                if batch.stamp_generation >= 0:
+                    tq.acked_producer_id = batch.producer_id
+                    tq.acked_producer_epoch = batch.producer_epoch
                 acked.append((batch, part.base_offset if code == 0 else None))
                 if tq.failed:
                     self._maybe_requeue(ttp, tq)
@@ -577,18 +590,26 @@ class Sinks:
                 Where(cluster=self.alias, topic=ttp[0], partition=ttp[1])))
 
     # ---- what a sink asks for ----
-    def stamp(self, batch: FetchedBatch) -> None:
-        """Stamp the producer identity into the batch header (once per identity generation)."""
-        if batch.stamp is not None and batch.stamp.generation == self.identity.generation:
+    def stamp(self, batch: FetchedBatch, ttp: TTP | None = None) -> None:
+        """Stamp the producer identity into the batch header (once per identity generation);
+        ``ttp``: the batch's target partition, if the caller has it at hand."""
+        identity = self.identity
+        generation = identity.generation
+        if batch.stamp_generation == generation:
             return
-        assert batch.target_topic is not None and batch.target_partition is not None
-        stamp = self.identity.stamp(batch.target_topic, batch.target_partition,
-                                    batch.record_count)
-        batch.header, batch.rest = codec.rewrite_for_produce(
-            batch.view, producer_id=stamp.producer_id, producer_epoch=stamp.producer_epoch,
-            base_sequence=stamp.base_sequence, transactional=False,
+        if ttp is None:
+            assert batch.target_topic is not None and batch.target_partition is not None
+            ttp = (batch.target_topic, batch.target_partition)
+        producer_id, producer_epoch = identity.producer_id, identity.producer_epoch
+        base_sequence = identity.next_base_sequence(ttp, batch.record_count)
+        batch.header, batch.rest = rewrite_for_produce(
+            batch.view, producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=base_sequence, transactional=False,
             clear_log_append_time=self.clear_log_append_time)
-        batch.stamp = stamp
+        batch.producer_id = producer_id
+        batch.producer_epoch = producer_epoch
+        batch.base_sequence = base_sequence
+        batch.stamp_generation = generation
 
     def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
         self.batch_failed(batch, MessageTooLargeError(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 
 from shallowmirror import codec
 from shallowmirror.codec import deep
+from shallowmirror.codec.layout import TRANSACTIONAL_MASK
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
@@ -89,17 +91,13 @@ class Source:
             ratio=settings["deep.max.decompression.ratio"],
             max_bytes=settings["deep.max.decompressed.bytes"])
 
-    def _maybe_warn_transactional(self, sp: SourcePartition, batches: list) -> None:
-        """Say once per partition that transactional data is forwarded whatever its outcome.
+    def _warn_transactional(self, sp: SourcePartition, first: Any) -> None:
+        """Say once per partition that transactional data is forwarded whatever its outcome
+        (``first``: the first transactional batch seen).
 
         The mirror drops transaction markers and clears the transactional bit, so under
         read_uncommitted the records of aborted (and still open) source transactions become
         ordinary data on the target, where no read_committed consumer can filter them out."""
-        if sp.tp in self.warned_transactional:
-            return
-        first = next((b for b in batches if b.is_transactional), None)
-        if first is None:
-            return
         self.warned_transactional.add(sp.tp)
         log.warning(
             "cluster %s, topic-partition %s-%d, offset %d: transactional batches are mirrored "
@@ -190,6 +188,7 @@ class Source:
             raise BrokerError(response.error_code, Where(cluster=self.owner.alias),
                               "in a Fetch response")
         lease = FrameLease(self.budget, len(frame))
+        fetched_at = time.monotonic()
         # KIP-74: the first partition of a full-size fetch gets its first batch whole (in a
         # session: the first partition the broker answered with records, in its own order).
         must_progress = None
@@ -202,15 +201,17 @@ class Source:
                     sp = self.partitions.get(tp)
                     if sp is None or tp not in asked or sp.fetch_position != asked[tp]:
                         continue        # revoked or moved while the fetch was out
-                    self._handle_partition(sp, part, lease, must_progress=tp == must_progress)
+                    self._handle_partition(sp, part, lease, must_progress=tp == must_progress,
+                                           fetched_at=fetched_at)
         finally:
             lease.drop()
             self.owner.runtime.progress.notify()     # high watermarks may have moved
 
     def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease, *,
-                          must_progress: bool = False) -> None:
+                          must_progress: bool = False, fetched_at: float | None = None) -> None:
         """``must_progress``: the broker had to return this partition's first batch whole, so
-        bytes without one complete batch are a corrupt or oversized batch, not a short read."""
+        bytes without one complete batch are a corrupt or oversized batch, not a short read.
+        ``fetched_at``: when the response came (``time.monotonic()``; now if not given)."""
         if part.error_code:
             info = broker_error_info(part.error_code)
             if part.error_code == OffsetOutOfRangeError.errno:
@@ -261,12 +262,11 @@ class Source:
                                         aborted_transactions=aborted)
             if self.read_committed and part.last_stable_offset >= 0:
                 kept = [b for b in kept if b.base_offset < part.last_stable_offset]
-            elif not self.read_committed:
-                self._maybe_warn_transactional(sp, kept)
             end = split.batches[-1].next_offset
             if self.read_committed and part.last_stable_offset >= 0:
                 end = min(end, max(part.last_stable_offset, position))
-            batches = self._prepare(sp, kept, lease, where)
+            batches = self._prepare(sp, kept, lease, where,
+                                    time.monotonic() if fetched_at is None else fetched_at)
         except LocatedError as err:
             if isinstance(err, (CorruptDataError, UnsupportedFormatError)):
                 self.owner.stop_partition(sp, err.at(cluster=self.owner.alias,
@@ -274,10 +274,7 @@ class Source:
                                          abandon_pending=False)
                 return
             raise
-        add_batch = sp.offsets.add_batch          # asserts source_base >= the fetched end
-        for batch in batches:
-            batch.entry = add_batch(batch.next_offset, batch.source_base, batch.record_count,
-                                    payload=batch)
+        sp.offsets.add_batches(batches)         # asserts source_base >= the fetched end
         sp.offsets.add_gap(end)
         self.owner.deliver_all(sp, batches)
         if fault is not None:
@@ -297,12 +294,30 @@ class Source:
             f"{self.partition_max_bytes})", Where(**{**vars(where), "position": 0}))
 
     def _prepare(self, sp: SourcePartition, kept: list, lease: FrameLease,
-                 where: Where) -> list[FetchedBatch]:
-        """Batch views ready to forward; the rare ones rebuilt through the deep path."""
+                 where: Where, fetched_at: float) -> list[FetchedBatch]:
+        """Batch views ready to forward; the rare ones rebuilt through the deep path.
+
+        The usual batch (v2, at or past the position, no offset gaps, hence at least one record)
+        takes the first branch: one FetchedBatch, and the frame lease is held once for all of
+        them. Under read_uncommitted the first transactional batch is noted on the way (warned
+        once per partition)."""
         out: list[FetchedBatch] = []
         position = sp.fetch_position
         hw = sp.high_watermark
+        topic, partition = sp.topic, sp.partition
+        warn = not self.read_committed and sp.tp not in self.warned_transactional
+        held = 0
         for view in kept:
+            if warn and view.magic >= 2 and view.attributes & TRANSACTIONAL_MASK:
+                warn = False
+                self._warn_transactional(sp, view)
+            record_count = view.record_count
+            if (view.magic == 2 and view.base_offset >= position
+                    and record_count == view.last_offset_delta + 1):
+                out.append(FetchedBatch(topic, partition, view, lease, view.base_offset,
+                                        view.next_offset, None, hw, fetched_at))
+                held += 1
+                continue
             if view.is_legacy:
                 if not self.legacy_convert:
                     raise UnsupportedFormatError(
@@ -340,10 +355,9 @@ class Source:
                     rebuilt[0].record_offsets = record_offsets
                 out.extend(rebuilt)
                 continue
-            lease.hold()
-            out.append(FetchedBatch(sp.topic, sp.partition, view, lease=lease,
-                                    source_base=view.base_offset, next_offset=view.next_offset,
-                                    high_watermark=hw))
+            raise AssertionError(f"batch {view!r} is neither forwarded as is nor rebuilt")
+        if held:
+            lease.hold(held)
         return out
 
     def _rebuilt(self, sp: SourcePartition, data: bytes, position: int, why: str, hw: int,

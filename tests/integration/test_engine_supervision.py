@@ -104,8 +104,8 @@ def test_fetch_loop_transient_error_is_retried(source_cluster, target_cluster, t
 
 def test_produce_loop_error_fails_the_engine(source_cluster, target_cluster, topic,
                                              monkeypatch):
-    monkeypatch.setattr(Sink, "_drop_abandoned_heads", _once(
-        RuntimeError("injected"), Sink._drop_abandoned_heads, is_async=False))
+    monkeypatch.setattr(Sink, "_can_send", _once(
+        RuntimeError("injected"), Sink._can_send, is_async=False))
     text = _fails(source_cluster, target_cluster, topic)
     assert "produce loop of target broker" in text and "RuntimeError: injected" in text
     assert "cluster target" in text

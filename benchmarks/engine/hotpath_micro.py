@@ -1,0 +1,237 @@
+"""The engine's data plane alone, in one process: CPU per batch from fetch decode to target
+acknowledgement, without sockets or brokers (so without their noise).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/engine/hotpath_micro.py [--batch-bytes 5800]
+        [--batches 22224] [--repeat 3] [--baseline DIR]
+
+A ``MirrorEngine`` (real sources, sinks, planner, stamping, encoder, offsets, acknowledgement) runs
+against two in-process FAKE clusters that answer instantly: the source connection returns
+pre-encoded Fetch response frames (8 partitions, about 1 MiB of batches each per fetch, plain
+v2 batches of ``--batch-bytes``, all partitions in step), the target connection answers every
+Produce request with one pre-encoded success frame. Time spent inside the fakes is measured and
+subtracted. Prints CPU microseconds per batch and per MB for each run; ``--baseline DIR`` runs the
+same in a child with ``PYTHONPATH=DIR`` (an older tree), interleaved. The real figure (with the
+network and the brokers) is bench_mirror.py's; this one shows where the engine's own Python goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+from kafka.protocol.consumer import FetchResponse as KFetchResponse
+from kafka.protocol.producer import ProduceResponse as KProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+TOPIC = "micro"
+PARTITIONS = 8
+FETCH_VERSION = 11
+PRODUCE_VERSION = 8
+
+
+def template_batch(batch_bytes: int, value_bytes: int = 300) -> tuple[bytes, int]:
+    """One uncompressed v2 batch of about ``batch_bytes`` (base offset patched per copy)."""
+    count = max(1, batch_bytes // (value_bytes + 20))
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 24)
+    for i in range(count):
+        builder.append(i, 1_700_000_000_000 + i, None, bytes([65 + i % 26]) * value_bytes, [])
+    return bytes(builder.build()), count
+
+
+def fetch_frames(batch: bytes, count: int, per_fetch: int, rounds: int) -> list[bytes]:
+    """Frame r: every partition's batches [r*per_fetch, (r+1)*per_fetch)."""
+    KT = KFetchResponse.FetchableTopicResponse
+    KP = KT.PartitionData
+    end = rounds * per_fetch * count
+    frames = []
+    for r in range(rounds):
+        chunk = bytearray()
+        for i in range(per_fetch):
+            b = bytearray(batch)
+            struct.pack_into(">q", b, 0, (r * per_fetch + i) * count)
+            chunk += b
+        parts = [KP(partition_index=p, error_code=0, high_watermark=end, last_stable_offset=end,
+                    log_start_offset=0, aborted_transactions=[], preferred_read_replica=-1,
+                    records=bytes(chunk)) for p in range(PARTITIONS)]
+        msg = KFetchResponse(version=FETCH_VERSION, throttle_time_ms=0, error_code=0,
+                             session_id=0, responses=[KT(topic=TOPIC, partitions=parts)])
+        msg.with_header(correlation_id=0)
+        frames.append(bytes(msg.encode(header=True, framed=True))[4:])
+    return frames
+
+
+def produce_frame() -> bytes:
+    KT = KProduceResponse.TopicProduceResponse
+    KP = KT.PartitionProduceResponse
+    msg = KProduceResponse(version=PRODUCE_VERSION, throttle_time_ms=0, responses=[
+        KT(name=TOPIC, partition_responses=[
+            KP(index=p, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0,
+               record_errors=[], error_message=None) for p in range(PARTITIONS)])])
+    msg.with_header(correlation_id=0)
+    return bytes(msg.encode(header=True, framed=True))[4:]
+
+
+class Clock:
+    """CPU seconds spent inside the fakes (subtracted from the engine's)."""
+
+    fake_s = 0.0
+
+
+class FakeSourceConnection:
+    """FAKE: answers each Fetch with the pre-encoded frame of the round its positions ask for."""
+
+    client_id = "micro"
+
+    def __init__(self, frames: list[bytes], per_round: int) -> None:
+        self.frames = frames
+        self.per_round = per_round
+
+    def api_version(self, key: int, bounds: object) -> int:
+        return FETCH_VERSION
+
+    async def request_frame(self, req, timeout_ms=None):
+        t0 = time.process_time()
+        offsets = {p.fetch_offset for t in req.topics for p in t.partitions}
+        assert len(offsets) == 1, f"partitions out of step: {offsets}"
+        r = offsets.pop() // self.per_round
+        Clock.fake_s += time.process_time() - t0
+        if r >= len(self.frames):
+            await asyncio.sleep(3600)       # caught up: nothing more (cancelled at the end)
+        return memoryview(self.frames[r])
+
+
+class FakeTargetConnection:
+    """FAKE: answers every Produce request with success for every partition."""
+
+    client_id = "micro"
+
+    def __init__(self) -> None:
+        self.frame = memoryview(produce_frame())
+        self.cid = 0
+
+    def api_version(self, key: int, bounds: object) -> int:
+        return PRODUCE_VERSION
+
+    def next_correlation_id(self) -> int:
+        self.cid += 1
+        return self.cid
+
+    async def send_raw(self, buffers, cid, *args, **kwargs):
+        await asyncio.sleep(0)              # the answer comes on a later loop iteration
+        return self.frame
+
+
+class FakeCluster:
+    """FAKE: one broker (node 1) leading every partition of ``TOPIC``."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    async def connection(self, node_id: int, lane: int = 0):
+        return self.conn
+
+    async def any_connection(self):
+        raise ConnectionError("not in the micro benchmark")
+
+    def leader(self, topic: str, partition: int) -> int:
+        return 1
+
+    def partitions(self, topic: str):
+        return list(range(PARTITIONS))
+
+    async def refresh_metadata(self, topics=None) -> None:
+        return None
+
+
+async def run_once(frames: list[bytes], per_round: int, end: int) -> dict:
+    from shallowmirror.engine.batch import SourcePartition
+    from shallowmirror.engine.engine import MirrorEngine
+    from shallowmirror.engine.offsets import OffsetMap
+
+    engine = MirrorEngine({"bootstrap.servers": "fake:1"}, {"bootstrap.servers": "fake:2"},
+                          topics=[TOPIC], settings={"producer.id": 7,
+                                                    "fetch.session.enable": "false"})
+    engine.runtime.loop = asyncio.get_running_loop()
+    engine.sources.start(FakeCluster(FakeSourceConnection(frames, per_round)))
+    await engine.sinks.start(FakeCluster(FakeTargetConnection()))
+    engine.ready = True
+    Clock.fake_s = 0.0
+    cpu0, t0 = time.process_time(), time.monotonic()
+    sps = []
+    for p in range(PARTITIONS):
+        sp = SourcePartition(TOPIC, p, 0, engine.offset_map(TOPIC, p))
+        engine.partitions[sp.tp] = sp
+        sps.append(sp)
+    for sp in sps:
+        engine.sources.attach(sp)
+    done = await engine.runtime.progress.wait_until(
+        lambda: all(sp.offsets.committed >= end for sp in sps) or engine._fatal is not None, 600)
+    cpu = time.process_time() - cpu0 - Clock.fake_s
+    wall = time.monotonic() - t0
+    if engine._fatal is not None:
+        raise engine._fatal
+    assert done, "not caught up"
+    assert isinstance(engine.offset_map(TOPIC, 0), OffsetMap)
+    engine.runtime.stopping = True
+    engine.sinks.stop()
+    await engine.supervisor.cancel_all()
+    return {"cpu_s": cpu, "wall_s": wall, "batches": sum(sp.batches for sp in sps),
+            "bytes": sum(sp.bytes for sp in sps)}
+
+
+def child(args: argparse.Namespace) -> None:
+    batch, count = template_batch(args.batch_bytes)
+    per_fetch = max(1, (1 << 20) // len(batch))
+    rounds = max(1, args.batches // (per_fetch * PARTITIONS))
+    frames = fetch_frames(batch, count, per_fetch, rounds)
+    end = rounds * per_fetch * count
+    result = asyncio.run(run_once(frames, per_fetch * count, end))
+    result["batch_bytes"] = len(batch)
+    print(json.dumps(result), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-bytes", type=int, default=5800,
+                        help="bytes per batch (5800: what a 16 KiB lz4 producer batch of "
+                             "300-byte values weighs)")
+    parser.add_argument("--batches", type=int, default=22224)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", metavar="DIR")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    variants = [("new", os.environ.get("PYTHONPATH", ""))]
+    if args.baseline:
+        variants.append(("base", args.baseline))
+    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    for _ in range(args.repeat):
+        for name, path in variants:
+            env = {**os.environ, "PYTHONPATH": path}
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", "--batch-bytes", str(args.batch_bytes),
+                 "--batches", str(args.batches)], env=env, check=True, capture_output=True,
+                text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            results[name].append(r)
+            print(f"{name:4} {r['batches']:6} batches of {r['batch_bytes']} B: "
+                  f"{r['cpu_s'] / r['batches'] * 1e6:6.2f} us/batch, "
+                  f"{r['cpu_s'] / (r['bytes'] / 1e9):5.2f} CPU s/GB, wall {r['wall_s']:.2f}s",
+                  flush=True)
+    for name, runs in results.items():
+        per = statistics.median(r["cpu_s"] / r["batches"] * 1e6 for r in runs)
+        print(f"median {name}: {per:.2f} us/batch")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
