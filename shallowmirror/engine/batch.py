@@ -143,7 +143,12 @@ class FetchedBatch:
         if self._callbacks is not None:
             for fn in self._callbacks:
                 fn(self, target_base, error)
-        self.release()
+        lease = self.lease          # release(), inlined: once per batch
+        if lease is not None:
+            self.lease = None
+            lease.drop()
+        self.view = None
+        self.rest = None
 
     def release(self) -> None:
         """Give the fetch frame back to the budget (idempotent)."""

@@ -120,6 +120,7 @@ class EngineCore:
         self.resume: TargetResume | None = None
         self.resume_start: ResumeStart | None = None
         self.ready = False
+        self._first_record_pending = True
 
     # ------------------------------------------------------------------ configuration
     def set_topics(self, topics: TopicsSpec) -> None:
@@ -132,6 +133,8 @@ class EngineCore:
         stop = stop or asyncio.Event()
         self.runtime.loop = loop = asyncio.get_running_loop()
         startup = self.runtime.startup = StartupTimeline()
+        #: Until the first acknowledgement marks "first record" (a flag, not a per-batch lookup).
+        self._first_record_pending = True
         self.source = self.cluster_factory(self.source_config, self.source_alias)
         self.target = self.cluster_factory(self.target_config, self.target_alias)
         try:
@@ -310,8 +313,9 @@ class EngineCore:
         """Several acknowledgements (one Produce response's): the same as ``batch_acked`` on
         each, in order, with one progress notification."""
         try:
+            ack_one = self._ack_one
             for batch, target_base in acked:
-                self._ack_one(batch, target_base)
+                ack_one(batch, target_base)
         finally:
             self.runtime.progress.notify()
 
@@ -327,9 +331,9 @@ class EngineCore:
             batch._finish(target_base, None)
             return
         sp.offsets.ack(batch, target_base)
-        startup = self.runtime.startup
-        if not startup.done:
-            startup.mark("first record")
+        if self._first_record_pending:
+            self._first_record_pending = False
+            self.runtime.startup.mark("first record")
         if self.hooks.batch_acknowledged:
             assert batch.target_topic is not None and batch.target_partition is not None
             self.hooks.batch_acknowledged(BatchAck(

@@ -129,6 +129,7 @@ class Sink:
         self.per_partition = min(5, self.max_requests) if s["enable.idempotence"] else \
             self.max_requests
         self.allow_multiple = s["multiple.batches.per.partition"]
+        self.timeout_ms = s["request.timeout.ms"]
         self.requests_sent = 0
 
     # ---- queueing ----
@@ -153,10 +154,11 @@ class Sink:
             for batch in batches:
                 self.enqueue(batch, ttp)
             return
-        owner = self.owner
+        no = self.owner.take_enqueue_nos(len(batches))
         for batch in batches:
+            no += 1
             if batch.enqueue_no < 0:
-                batch.enqueue_no = owner.next_enqueue_no()
+                batch.enqueue_no = no
         tq.queue.extend(batches)
         self.wake.set()
 
@@ -250,8 +252,8 @@ class Sink:
             buffers = codec.encode_produce_request(
                 version=version, correlation_id=cid, client_id=conn.client_id,
                 transactional_id=self.owner.identity.transactional_id, acks=self.owner.acks,
-                timeout_ms=self.owner.settings["request.timeout.ms"],
-                topics=list(topics.items()), allow_multiple_batches=self.allow_multiple)
+                timeout_ms=self.timeout_ms, topics=list(topics.items()),
+                allow_multiple_batches=self.allow_multiple)
             self.requests_sent += 1
             frame = await conn.send_raw(buffers, cid)
             response = codec.decode_produce_response(frame, version)
@@ -453,6 +455,12 @@ class Sinks:
     def next_enqueue_no(self) -> int:
         self._enqueue_no += 1
         return self._enqueue_no
+
+    def take_enqueue_nos(self, n: int) -> int:
+        """Reserve ``n`` enqueue numbers: they are the returned value + 1 .. + n."""
+        first = self._enqueue_no
+        self._enqueue_no += n
+        return first
 
     async def connection(self, node_id: int, lane: int = 0):
         assert self.cluster is not None
