@@ -16,6 +16,7 @@ import signal
 import sys
 
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper, prefix_mapper
+from shallowmirror.engine.gc_tuning import tune_for_mirroring
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)
     settings = dict(item.split("=", 1) for item in args.set)
+    tune_for_mirroring()
     topics = args.topics if args.regex else [t for t in args.topics.split(",") if t]
     engine = MirrorEngine({"bootstrap.servers": args.source}, {"bootstrap.servers": args.target},
                           topics=topics,

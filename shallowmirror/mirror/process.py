@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shallowmirror.engine.gc_tuning import tune_for_mirroring
 from shallowmirror.mirror.config import MirrorConfig
 from shallowmirror.mirror.flows import FlowFailedError, FlowRunner
 from shallowmirror.mirror.stats import FlowStats
@@ -236,6 +237,7 @@ class MirrorProcess:
 
 def run_process(config: MirrorConfig, options: ProcessOptions | None = None) -> int:
     """Run a mirror process to completion (blocking)."""
+    tune_for_mirroring()
     process: dict[str, Any] = {}
 
     async def main() -> int:
