@@ -10,8 +10,11 @@ The API matches the tansu clusters of ``embedded``: ``alias``, ``bootstrap``, ``
 ``client_config()``, ``stop()``; ``flavor`` is ``"kafka"``.
 
 Test-friendly broker settings (everything else is Kafka's default, as users run it):
-``log.retention.ms=-1`` (test data may carry old timestamps), ``group.initial.rebalance.delay.ms=0``
-and small internal topics (a 50-partition ``__consumer_offsets`` takes seconds to create).
+``log.retention.ms=-1`` (test data may carry old timestamps), ``group.initial.rebalance.delay.ms=0``,
+small internal topics (a 50-partition ``__consumer_offsets`` takes seconds to create) and
+``log.cleaner.backoff.ms=1000`` (Kafka's idle cleaner sleeps 15 s between looks: most of what a
+compaction test waits for; only rolled segments are ever cleaned, which test topics get only
+with a short ``segment.ms``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ TEST_BROKER_SETTINGS: dict[str, str] = {
     "transaction.state.log.min.isr": "1",
     "num.partitions": "1",
     "auto.create.topics.enable": "true",
+    "log.cleaner.backoff.ms": "1000",
 }
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

@@ -205,7 +205,7 @@ def test_a_topic_cleaned_by_kafkas_log_cleaner_mirrors_every_surviving_record(
         producer.flush(30)
         return _count(source_cluster, topic) < produced // 2
 
-    # Kafka's cleaner checks every log.cleaner.backoff.ms (15 s by default).
+    # Kafka's cleaner checks every log.cleaner.backoff.ms (15 s by default, 1 s on test clusters).
     wait_until(cleaned, 120, "Kafka's log cleaner to compact the source topic")
     before = read_topic(source_cluster, topic)[0]
     offsets = [r.offset for r in before]
