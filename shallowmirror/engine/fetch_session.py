@@ -15,6 +15,12 @@ Protocol (as the Java client's ``FetchSessionHandler``)::
                      forgotten_topics_data for those no longer fetched
     FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (top-level error), a lost
     connection or any failed request -> forget the session: the next request is full
+    a partition (re)attached while the session holds it -> ``restart``: the next request is
+    full with session_id S, epoch 0, which closes S and opens a new session. An incremental
+    request would not do: the broker answers a partition only when it has records or its high
+    watermark / log start changed since the session last answered it, so an idle partition
+    handed to a new owner object (revoked and assigned again in one rebalance) would never tell
+    it its high watermark, and "caught up" could not be known until new records arrive.
 
 Invariant: after a successful response, ``sent`` is exactly what the broker's session holds
 (partition -> fetch offset, max bytes). ``fetch.sessions=false`` turns sessions off
@@ -52,9 +58,22 @@ class FetchSession:
         self.full_requests = 0
         self.incremental_requests = 0
 
+        #: A session to close with the next full request (``restart``), else 0.
+        self._close_id = 0
+
     @property
     def active(self) -> bool:
         return self.session_id != 0
+
+    def holds(self, tp: TP) -> bool:
+        """Whether the broker's session holds ``tp`` (as of the last answered request)."""
+        return tp in self.sent
+
+    def restart(self) -> None:
+        """Fetch in full next time, closing the current session on the broker."""
+        if self.active:
+            self._close_id = self.session_id
+        self.reset()
 
     def build(self, wanted: Sequence[tuple[TP, int, int]]
               ) -> tuple[int, int, list[tuple[TP, int, int]], list[TP]]:
@@ -64,7 +83,8 @@ class FetchSession:
         if not self.active:
             self._pending = (state, True)
             self.full_requests += 1
-            return 0, self.epoch, list(wanted), []
+            close_id, self._close_id = self._close_id, 0
+            return close_id if self.enabled else 0, self.epoch, list(wanted), []
         send = [(tp, off, mb) for tp, off, mb in wanted if self.sent.get(tp) != (off, mb)]
         forget = [tp for tp in self.sent if tp not in state]
         self._pending = (state, False)

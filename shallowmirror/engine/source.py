@@ -112,6 +112,10 @@ class Source:
     def add(self, sp: SourcePartition) -> None:
         self.partitions[sp.tp] = sp
         self.rotation.add(sp.tp)
+        if self.session.holds(sp.tp):
+            # The broker's session still has it from before (revoked and assigned again): only
+            # a full request makes the broker answer it while it is idle (engine.fetch_session).
+            self.session.restart()
         self.wake.set()
 
     def remove(self, tp: tuple[str, int]) -> None:

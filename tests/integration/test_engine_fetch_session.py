@@ -108,3 +108,37 @@ def test_sessions_off_fetches_every_partition_every_time(source_cluster, target_
     everything = sorted((topic, p) for p in range(PARTITIONS))
     assert all(r.session_epoch == -1 and r.session_id == 0 for r in before + after)
     assert all(sorted(_partitions(r)) == everything for r in before + after)
+
+
+@pytest.mark.needs_real_kafka("tansu makes no fetch session, so every request answers every "
+                              "partition anyway")
+def test_partitions_assigned_again_learn_their_high_watermark_while_idle(
+        source_cluster, target_cluster, unique_topic):
+    """A rebalance that revokes idle partitions and assigns them back to the same engine (here:
+    a second topic joins the subscription) hands them to new partition objects at the position
+    the broker's session already holds. An incremental Fetch answers a partition only when it
+    has records or its high watermark moved, so they would never learn their high watermark and
+    "caught up" (``--exit-when-caught-up``, lag in the status line) would wait for new records;
+    the engine fetches in full once instead."""
+    first, second = unique_topic("again-a"), unique_topic("again-b")
+    for topic in (first, second):
+        load_topic(source_cluster, topic, 2000, partitions=4)
+        create_target(target_cluster, topic, 4)
+    engine = MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
+                          topics=[first], settings={
+                              "partition.assignment": "group", "group.id": group(),
+                              "fetch.max.wait.ms": 100})
+
+    async def scenario() -> None:
+        async with caught_up(engine):
+            before = {tp for tp in engine.partitions}
+            engine.set_topics([first, second])
+            await engine.runtime.progress.wait_until(
+                lambda: {t for t, _ in engine.partitions} == {first, second}, 60)
+            assert all(engine.partitions[tp] is not None for tp in before)
+            assert await engine.wait_caught_up(30), engine.stats()
+            stats = engine.stats()
+            assert all(p.high_watermark > 0 and p.lag == 0
+                       for tp, p in stats.partitions.items() if tp[0] == first), stats
+
+    asyncio.run(scenario())

@@ -258,10 +258,12 @@ def test_two_instances_in_one_group_killed_in_turn_lose_and_duplicate_nothing(
                for i in range(2)]
     try:
         for kill in range(3):
+            # Read before loading: the two mirror 4,000 records in well under a second, so a
+            # reading taken after the load may already include all of them.
+            before = _high_watermarks(target_cluster, remote, 4)
             load(source_cluster, Workload(topic, records=4000, partitions=4, codec="lz4",
                                           value_bytes=200, create_topic=False, seed=kill + 1))
             victim = kill % 2
-            before = _high_watermarks(target_cluster, remote, 4)
             # The victim owns partitions (it initialized their transactional ids) and batches
             # are moving.
             wait_for(lambda b=before, v=mirrors[victim]: " is producer " in v.log()

@@ -66,3 +66,30 @@ def test_disabled_sessions_are_sessionless():
     assert s.build([(A0, 1, 100)]) == (0, -1, [(A0, 1, 100)], [])
     s.answered(0, 0)
     assert s.build([(A0, 1, 100)]) == (0, -1, [(A0, 1, 100)], [])
+
+
+def test_restart_closes_the_session_with_one_full_request():
+    s = FetchSession()
+    s.build([(A0, 10, 100)])
+    s.answered(0, session_id=77)
+    assert s.holds(A0) and not s.holds(A1)
+    # A0 handed to a new owner object at the same position: an incremental request would not
+    # make the broker answer it while idle, so the next request is full and closes session 77.
+    s.restart()
+    assert s.build([(A0, 10, 100)]) == (77, 0, [(A0, 10, 100)], [])
+    assert s.answered(0, session_id=78)
+    assert (s.session_id, s.epoch) == (78, 1)
+    # Only that once: the request after is incremental again, and a later full one is plain.
+    assert s.build([(A0, 10, 100)]) == (78, 1, [], [])
+    s.answered(0, 78)
+    s.reset()
+    assert s.build([(A0, 10, 100)])[:2] == (0, 0)
+
+
+def test_restart_without_a_session_is_a_plain_full_request():
+    s = FetchSession()
+    s.restart()
+    assert s.build([(A0, 1, 100)]) == (0, 0, [(A0, 1, 100)], [])
+    disabled = FetchSession(enabled=False)
+    disabled.restart()
+    assert disabled.build([(A0, 1, 100)])[:2] == (0, -1)
