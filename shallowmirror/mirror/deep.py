@@ -37,6 +37,8 @@ from shallowmirror.mirror.stats import FlowStats, PartitionStats
 log = logging.getLogger(__name__)
 
 CODECS = CODEC_NAMES
+#: How long shutdown waits for the lag of partitions not fetched yet (see ``_learn_lag``).
+LAG_WAIT_S = 2.0
 #: Engine keys that mean something else (or nothing) to librdkafka.
 _NOT_FOR_LIBRDKAFKA = ("partition.assignment", "legacy.format", "log.append.time",
                        "multiple.batches.per.partition", "crc.check", "metrics.file",
@@ -92,6 +94,7 @@ class DeepFlowRunner:
         self._from_log_start: set[tuple[str, int]] = set()
         self._reset_earliest = settings.get("auto.offset.reset", "earliest") == "earliest"
         self._failure: BaseException | None = None
+        self._closing = False
         self._producers: dict[str, Producer] = {}
         self._topic_codec: dict[str, str] = {}
 
@@ -169,6 +172,8 @@ class DeepFlowRunner:
             self.metrics_sink.emit(process_record(self._run_id, None))
         consumer = build_client(Consumer, self._source_config,
                                 what=f"flow {self.flow} deep consumer")
+        self._closing = False
+        self._assigned = set()  # a restarted loop is a new member: its assignment comes anew
         subscribed: list[str] = []
         last_commit = last_metrics = time.monotonic()
         try:
@@ -209,8 +214,11 @@ class DeepFlowRunner:
                 self._flush_all()
                 if self._failure is None:
                     self._commit(consumer)
+                self._learn_lag(consumer)
                 self._emit_metrics()
             finally:
+                # Partitions given up by close() still count in the final lag (see on_revoke).
+                self._closing = True
                 consumer.close()
         if self._failure is not None:
             raise self._failure
@@ -317,6 +325,21 @@ class DeepFlowRunner:
                 if key in positions:
                     stats.position = max(stats.position, positions[key])
 
+    def _learn_lag(self, consumer: Consumer, timeout_s: float = LAG_WAIT_S) -> None:
+        """At shutdown, wait (briefly) until every assigned partition's lag is known: one
+        stopped right after assignment may not have had its first Fetch answer yet (the
+        consumer keeps fetching in the background). Those still unknown after ``timeout_s``
+        are reported as unknown, never left out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._update_watermarks(consumer)
+            with self._lock:
+                unknown = [k for k in self._assigned
+                           if k not in self._stats or self._stats[k].lag is None]
+            if not unknown or time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+
     def _flush_all(self) -> None:
         for producer in self._producers.values():
             remaining = producer.flush(30)
@@ -369,7 +392,8 @@ class DeepFlowRunner:
             self._flush_all()
             revoked = {(tp.topic, tp.partition) for tp in partitions}
             self._commit(consumer, revoked)
-            self._assigned -= revoked
+            if not self._closing:  # at shutdown they stay in the final lag
+                self._assigned -= revoked
         return on_revoke
 
     # -- observing -------------------------------------------------------------------------------
