@@ -172,7 +172,6 @@ def test_load_rejects_a_pasted_brokers_line():
 
 
 def _json_logs(text: str) -> list[dict]:
-
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
