@@ -143,12 +143,7 @@ class FetchedBatch:
         if self._callbacks is not None:
             for fn in self._callbacks:
                 fn(self, target_base, error)
-        lease = self.lease          # release(), inlined: once per batch
-        if lease is not None:
-            self.lease = None
-            lease.drop()
-        self.view = None
-        self.rest = None
+        self.release()
 
     def release(self) -> None:
         """Give the fetch frame back to the budget (idempotent)."""

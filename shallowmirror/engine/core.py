@@ -120,7 +120,6 @@ class EngineCore:
         self.resume: TargetResume | None = None
         self.resume_start: ResumeStart | None = None
         self.ready = False
-        self._first_record_pending = True
 
     # ------------------------------------------------------------------ configuration
     def set_topics(self, topics: TopicsSpec) -> None:
@@ -133,8 +132,6 @@ class EngineCore:
         stop = stop or asyncio.Event()
         self.runtime.loop = loop = asyncio.get_running_loop()
         startup = self.runtime.startup = StartupTimeline()
-        #: Until the first acknowledgement marks "first record" (a flag, not a per-batch lookup).
-        self._first_record_pending = True
         self.source = self.cluster_factory(self.source_config, self.source_alias)
         self.target = self.cluster_factory(self.target_config, self.target_alias)
         try:
@@ -331,8 +328,7 @@ class EngineCore:
             batch._finish(target_base, None)
             return
         sp.offsets.ack(batch, target_base)
-        if self._first_record_pending:
-            self._first_record_pending = False
+        if not self.runtime.startup.done:
             self.runtime.startup.mark("first record")
         if self.hooks.batch_acknowledged:
             assert batch.target_topic is not None and batch.target_partition is not None

@@ -86,11 +86,7 @@ class ProducerIdentity:
         """The header fields for the next batch of ``topic``/``partition``; advances the sequence."""
         if not self.idempotent:
             return Stamp(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, self.generation)
-        assert self.producer_id >= 0, "stamp() before init()"
-        assert record_count > 0, "an idempotent batch needs at least one record"
-        key = (topic, partition)
-        base = self._next_sequence.get(key, 0)
-        self._next_sequence[key] = (base + record_count) % _SEQUENCE_MODULUS
+        base = self.next_base_sequence((topic, partition), record_count)
         return Stamp(self.producer_id, self.producer_epoch, base, self.generation)
 
     def next_base_sequence(self, key: tuple[str, int], record_count: int) -> int:

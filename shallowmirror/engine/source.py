@@ -705,10 +705,7 @@ class Sources:
         sp.error = str(err)
         self.detach(sp)
         if abandon_pending:
-            for entry in sp.offsets.unacked():
-                if isinstance(entry.payload, FetchedBatch):
-                    entry.payload.abandoned = True
-            sp.offsets.abandon_pending()
+            sp.abandon_pending()
         log.error("partition stopped, nothing more forwarded from it and its committed offset "
                   "stays at %d: %s", sp.offsets.committed, err)
         self.runtime.progress.notify()
