@@ -42,10 +42,24 @@ def _parse_list(raw: Any) -> list[str]:
     return [item.strip() for item in str(raw).split(",") if item.strip()]
 
 
+def _parse_int(raw: Any) -> int:
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {raw!r}") from None
+
+
+def _parse_float(raw: Any) -> float:
+    try:
+        return float(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {raw!r}") from None
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "str": lambda raw: str(raw).strip(),
-    "int": lambda raw: int(str(raw).strip()),
-    "float": lambda raw: float(str(raw).strip()),
+    "int": _parse_int,
+    "float": _parse_float,
     "bool": _parse_bool,
     "list": _parse_list,
 }

@@ -71,7 +71,7 @@ def test_binary_garbage_as_properties_file(tmp_path):
      "sasl.mechanism (cluster B): 'GSSAPI' is not supported"),
     ("A.ssl.ca.location = /nonexistent/ca.pem\nA.security.protocol = SSL",
      "ssl.ca.location/ssl.truststore.location (cluster A): cannot load '/nonexistent/ca.pem'"),
-    ("tasks.max = many", "tasks.max (A->B): invalid literal for int()"),
+    ("tasks.max = many", "tasks.max (A->B): expected a whole number, got 'many'"),
 ])
 def test_check_validates_every_value(tmp_path, line, message):
     assert_config_error(run_cli("mirror", mm2(tmp_path, *GOOD, line), "--check"), message)
