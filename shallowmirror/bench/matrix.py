@@ -93,7 +93,11 @@ _SUFFIXES: Sequence[tuple[str, int]] = (
 
 def _parse_int(item: str) -> int:
     low = item.lower().replace("_", "")
-    for suffix, factor in _SUFFIXES:
-        if low.endswith(suffix):
-            return int(float(low[: -len(suffix)]) * factor)
-    return int(low)
+    try:
+        for suffix, factor in _SUFFIXES:
+            if low.endswith(suffix):
+                return int(float(low[: -len(suffix)]) * factor)
+        return int(low)
+    except ValueError:
+        raise ValueError(f"expected a count such as 20000, 20k, 1m or 256KiB, got {item!r}") \
+            from None

@@ -87,10 +87,17 @@ def run(args: argparse.Namespace) -> int:
     from shallowmirror.bench.runner import BenchConfig, run_bench
     from shallowmirror.testing.embedded import BrokerStartError
 
+    lists = {}
+    for option, kind in (("codecs", str), ("value_bytes", int), ("batch_bytes", int),
+                         ("partitions", int), ("records", int)):
+        try:
+            lists[option] = parse_list(getattr(args, option), kind)
+        except ValueError as err:
+            print(f"shallowmirror bench: --{option.replace('_', '-')}: {err}", file=sys.stderr)
+            return 2
     try:
-        workloads = expand(parse_list(args.codecs), parse_list(args.value_bytes, int),
-                           parse_list(args.batch_bytes, int), parse_list(args.partitions, int),
-                           parse_list(args.records, int))
+        workloads = expand(lists["codecs"], lists["value_bytes"], lists["batch_bytes"],
+                           lists["partitions"], lists["records"])
     except ValueError as err:
         print(f"shallowmirror bench: {err}", file=sys.stderr)
         return 2

@@ -56,8 +56,8 @@ def _count(text: str) -> int:
 
     try:
         values = parse_list(text, int)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    except ValueError:
+        values = []
     if len(values) != 1 or values[0] < 0:
         raise argparse.ArgumentTypeError(f"expected one count such as 20000, 20k or 1m, got "
                                          f"{text!r}")

@@ -174,3 +174,19 @@ def test_log_level_after_the_subcommand_and_bad_levels(tmp_path):
     noisy = mm2(tmp_path, *GOOD, "sync.topic.acls.enabled = false", name="noisy.properties")
     assert "MirrorMaker 2 keys accepted" in run_cli("mirror", noisy, "--check").stderr
     assert run_cli("mirror", noisy, "--check", "--log-level", "ERROR").stderr == ""
+
+
+@pytest.mark.parametrize("args,message", [
+    (("bench", "--records", "abc"),
+     "shallowmirror bench: --records: expected a count such as 20000, 20k, 1m or 256KiB, got 'abc'"),
+    (("bench", "--batch-bytes", "16KiB,16x"),
+     "shallowmirror bench: --batch-bytes: expected a count such as 20000, 20k, 1m or 256KiB, "
+     "got '16x'"),
+    (("load", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--records", "abc"),
+     "argument --records: expected one count such as 20000, 20k or 1m, got 'abc'"),
+])
+def test_a_count_that_is_not_one_names_the_option(args, message):
+    result = run_cli(*args)
+    assert result.returncode == 2, result
+    assert message in result.stderr
+    assert "invalid literal" not in result.stderr and "Traceback" not in result.stderr
