@@ -127,6 +127,12 @@ class FakeTargetConnection:
         await asyncio.sleep(0)              # the answer comes on a later loop iteration
         return self.frame
 
+    def send_nowait(self, buffers, cid, *args, **kwargs) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        loop.call_soon(lambda: future.done() or future.set_result(self.frame))  # a later turn
+        return future
+
 
 class FakeCluster:
     """FAKE: one broker (node 1) leading every partition of ``TOPIC``."""
@@ -135,6 +141,9 @@ class FakeCluster:
         self.conn = conn
 
     async def connection(self, node_id: int, lane: int = 0):
+        return self.conn
+
+    def live_connection(self, node_id: int, lane: int = 0):
         return self.conn
 
     async def any_connection(self):

@@ -17,6 +17,14 @@ one request per round (measured on Kafka 3.7: two lanes made a 256 KiB-batch mir
 faster and a 16 KiB-batch one 10-30% slower). The acknowledgements of one response go to the
 engine in one call.
 
+Sending costs no task: when the lane's connection is open, the loop encodes and writes the
+request itself and the response is applied in its future's done callback (a task per request
+cost about 5x that). Only when the connection must be opened first does a task wait for it and
+send; until that task has written, later requests wait behind it the same way, so requests leave
+in plan order. Both ways apply an outcome (response or error) through one function, ``_settle``,
+and what no retry fixes reaches the supervisor either way. At shutdown the requests in flight are
+dropped without a word (``abandon_requests`` for the first way, ``cancel_all`` for the second).
+
 Per-partition order: at most ``per_partition_in_flight`` (<= 5 when idempotent) batches of one
 partition are outstanding. When one fails with a retriable error the partition is *blocked*:
 nothing new of it is sent until all its outstanding batches have answered; then the failed ones go
@@ -55,7 +63,7 @@ from shallowmirror.errors import (
     Where,
     broker_error_info,
 )
-from shallowmirror.net import Cluster
+from shallowmirror.net import BrokerConnection, Cluster
 from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
@@ -131,6 +139,12 @@ class Sink:
         self.allow_multiple = s["multiple.batches.per.partition"]
         self.timeout_ms = s["request.timeout.ms"]
         self.requests_sent = 0
+        #: acks=0 gets no response, so no future to wait on: such requests take the slow path.
+        self.expects_response = owner.acks != 0
+        #: Slow-path requests not written yet (their task waits for the connection).
+        self.unsent = 0
+        #: Fast-path requests in flight: response future -> (picks, Produce version).
+        self.waiting: dict[asyncio.Future, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
 
     # ---- queueing ----
     def enqueue(self, batch: FetchedBatch, ttp: TTP | None = None) -> None:
@@ -234,28 +248,122 @@ class Sink:
                 stamp(batch, ttp)
                 batch.attempts += 1
             self.requests_in_flight += 1
+            conn = None
+            if self.unsent == 0 and self.expects_response:
+                conn = self.owner.live_connection(self.node_id, self.lane)
+            if conn is not None:
+                self._send_now(conn, picks)
+                continue
+            # Not connected (yet): a task waits for the connection. Until it has written its
+            # request every later one takes this path too, so requests go out in plan order.
+            self.unsent += 1
             # Described lazily: the text is only needed if the request fails.
             self.owner.runtime.supervisor.spawn(
-                self._send(picks), what=lambda picks=picks: (
-                    f"produce request to target broker {self.node_id} "
-                    f"(partitions {partitions_text(ttp for ttp, _ in picks)})"),
-                where=lambda picks=picks: where_of(self.owner.alias, (ttp for ttp, _ in picks)))
+                self._send(picks), what=lambda picks=picks: self._describe(picks),
+                where=lambda picks=picks: self._where(picks))
 
-    async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
+    def _describe(self, picks: list[tuple[TTP, FetchedBatch]]) -> str:
+        return (f"produce request to target broker {self.node_id} "
+                f"(partitions {partitions_text(ttp for ttp, _ in picks)})")
+
+    def _where(self, picks: list[tuple[TTP, FetchedBatch]]) -> Where:
+        return where_of(self.owner.alias, (ttp for ttp, _ in picks))
+
+    def _write(self, conn: BrokerConnection,
+               picks: list[tuple[TTP, FetchedBatch]]) -> tuple[int, asyncio.Future]:
+        """Encode the request for ``picks`` and write it on ``conn``: (Produce version, future
+        of the response frame). Raises ``ConnectionFailedError`` if the connection is gone."""
+        version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
+        topics: dict[str, list] = {}
+        for (topic, partition), batch in picks:
+            topics.setdefault(topic, []).append((partition, [[batch.header, batch.rest]]))
+        cid = conn.next_correlation_id()
+        buffers = codec.encode_produce_request(
+            version=version, correlation_id=cid, client_id=conn.client_id,
+            transactional_id=self.owner.identity.transactional_id, acks=self.owner.acks,
+            timeout_ms=self.timeout_ms, topics=list(topics.items()),
+            allow_multiple_batches=self.allow_multiple)
+        self.requests_sent += 1
+        return version, conn.send_nowait(buffers, cid)
+
+    # ---- fast path: an open connection, the response applied in a done callback ----
+    def _send_now(self, conn: BrokerConnection, picks: list[tuple[TTP, FetchedBatch]]) -> None:
+        """Write the request now and leave the response to ``_on_response``: no task."""
         try:
-            conn = await self.owner.connection(self.node_id, self.lane)
-            version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
-            topics: dict[str, list] = {}
-            for (topic, partition), batch in picks:
-                topics.setdefault(topic, []).append((partition, [[batch.header, batch.rest]]))
-            cid = conn.next_correlation_id()
-            buffers = codec.encode_produce_request(
-                version=version, correlation_id=cid, client_id=conn.client_id,
-                transactional_id=self.owner.identity.transactional_id, acks=self.owner.acks,
-                timeout_ms=self.timeout_ms, topics=list(topics.items()),
-                allow_multiple_batches=self.allow_multiple)
-            self.requests_sent += 1
-            frame = await conn.send_raw(buffers, cid)
+            try:
+                version, future = self._write(conn, picks)
+            except Exception as err:     # the connection broke under the write, or a bug
+                self._settle(picks, 0, None, err)
+                return
+            self.waiting[future] = (picks, version)
+            future.add_done_callback(self._on_response)
+        except Exception as err:
+            self.owner.runtime.supervisor.work_failed(
+                err, what=self._describe(picks), where=self._where(picks))
+
+    def _on_response(self, future: asyncio.Future) -> None:
+        """A fast-path request was answered or failed. Runs as a done callback: whatever it
+        raises goes to the supervisor (asyncio would only log it)."""
+        sent = self.waiting.pop(future, None)
+        if sent is None:                 # abandoned at shutdown (``abandon_requests``)
+            return
+        picks, version = sent
+        try:
+            if future.cancelled():
+                self._abandon(picks)
+                return
+            error = future.exception()
+            self._settle(picks, version, None if error is not None else future.result(), error)
+        except Exception as err:
+            self.owner.runtime.supervisor.work_failed(
+                err, what=self._describe(picks), where=self._where(picks))
+
+    def abandon_requests(self) -> None:
+        """The engine stops: fast-path requests still in flight are no longer outstanding, as
+        the supervisor's ``cancel_all`` makes the slow path's tasks (their answers, if any come,
+        are dropped: no acknowledgement after the final commit was taken, no resend warning)."""
+        waiting, self.waiting = self.waiting, {}
+        for future, (picks, _version) in waiting.items():
+            future.cancel()
+            self._abandon(picks)
+
+    # ---- slow path: a task that first waits for the connection ----
+    async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
+        version = 0
+        try:
+            try:
+                conn = await self.owner.connection(self.node_id, self.lane)
+                version, future = self._write(conn, picks)
+            finally:
+                self.unsent -= 1
+            frame = await future
+        except asyncio.CancelledError:
+            self._abandon(picks)         # engine stopping: these are no longer outstanding
+            raise
+        except Exception as err:
+            self._settle(picks, version, None, err)
+            return
+        self._settle(picks, version, frame, None)
+
+    # ---- both paths ----
+    def _abandon(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
+        for ttp, _batch in picks:
+            self.partitions[ttp].in_flight -= 1
+        self._request_ended()
+
+    def _request_ended(self) -> None:
+        self.requests_in_flight -= 1
+        self.wake.set()
+        self.owner.runtime.progress.notify()
+
+    def _settle(self, picks: list[tuple[TTP, FetchedBatch]], version: int,
+                frame: memoryview | None, error: BaseException | None) -> None:
+        """Apply the outcome of one Produce request - its response ``frame`` or the ``error``
+        that ended it - to its ``picks``. A lost connection or a transient error resends them;
+        any other error fails them and is raised (for the supervisor: it fails the engine)."""
+        try:
+            if error is not None:
+                raise error
             response = codec.decode_produce_response(frame, version)
         except ConnectionFailedError as err:
             log.warning("%s; %d batches to target broker %d will be resent", err, len(picks),
@@ -264,10 +372,6 @@ class Sink:
             for ttp, batch in picks:
                 self._retry(ttp, batch, refresh=True)
             return
-        except asyncio.CancelledError:
-            for ttp, _batch in picks:        # engine stopping: these are no longer outstanding
-                self.partitions[ttp].in_flight -= 1
-            raise
         except Exception as err:
             if is_transient(err):
                 log.warning("%s; %d batches to target broker %d will be resent", err,
@@ -282,9 +386,7 @@ class Sink:
                 self.owner.batch_failed(batch, err)
             raise
         finally:
-            self.requests_in_flight -= 1
-            self.wake.set()
-            self.owner.runtime.progress.notify()
+            self._request_ended()
         by_tp = {}
         for topic, parts in response.topics:
             for part in parts:
@@ -449,6 +551,7 @@ class Sinks:
         """End the produce loops (what is still queued stays unacknowledged)."""
         self.stopped = True
         for sink in self.by_node.values():
+            sink.abandon_requests()
             sink.wake.set()
         self.runtime.progress.notify()
 
@@ -465,6 +568,11 @@ class Sinks:
     async def connection(self, node_id: int, lane: int = 0):
         assert self.cluster is not None
         return await self.cluster.connection(node_id, lane)
+
+    def live_connection(self, node_id: int, lane: int = 0) -> BrokerConnection | None:
+        """The open connection ``connection`` would return at once, else None (no waiting)."""
+        assert self.cluster is not None
+        return self.cluster.live_connection(node_id, lane)
 
     def note_unreachable(self, err: BaseException) -> None:
         self.runtime.note_unreachable(self.alias, err)

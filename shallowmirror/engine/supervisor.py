@@ -9,6 +9,8 @@ Three kinds of work, one rule each:
   fails the engine.
 - **threads** (the membership consumer) report an error that ended them through
   ``thread_failed``, from their own thread.
+- **callbacks** (a Produce request sent on an open connection is answered in its response
+  future's done callback, no task) report what no retry fixes through ``work_failed``.
 
 A failure reaches ``on_fatal`` once per task as an ``EngineTaskError`` that names the task and
 where it ran (cluster, topic, partition), chained to the original error (``__cause__``), which
@@ -92,6 +94,18 @@ class Supervisor:
         return self._track(asyncio.ensure_future(self._restarting(make, what, where)), what,
                            where)
 
+    def work_failed(self, err: BaseException, *, what: Describe,
+                    where: Where | Callable[[], Where] | None = None) -> None:
+        """Work that runs in no task of its own (a future's done callback) ended with ``err``,
+        which no retry fixes: fail the engine exactly as that work failing in a ``spawn``-ed
+        task would (asyncio only logs what escapes a callback, so it must come here)."""
+        if not isinstance(err, EngineTaskError):
+            cause = err
+            err = EngineTaskError(_text(what), cause, _where(where))
+            err.__cause__ = cause
+        log.error("%s", err, exc_info=_traceback_for(err.__cause__ or err))
+        self._on_fatal(err)
+
     def thread_failed(self, err: BaseException, *, what: str, where: Where | None = None) -> None:
         """A supervised thread ended with ``err`` (callable from any thread)."""
         log.error("%s failed: %s", what, err, exc_info=_traceback_for(err))
@@ -139,13 +153,8 @@ class Supervisor:
             if t.cancelled():
                 return
             err = t.exception()
-            if err is None:
-                return
-            if not isinstance(err, EngineTaskError):
-                err = EngineTaskError(_text(what), err, _where(where))
-                err.__cause__ = t.exception()
-            log.error("%s", err, exc_info=_traceback_for(err.__cause__ or err))
-            self._on_fatal(err)
+            if err is not None:
+                self.work_failed(err, what=what, where=where)
 
         task.add_done_callback(done)
         return task

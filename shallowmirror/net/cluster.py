@@ -336,6 +336,14 @@ class Cluster:
                                      lambda: self._connect_node(node_id),
                                      f"connect-{self.alias}-{node_id}")
 
+    def live_connection(self, node_id: int, lane: int = 0) -> BrokerConnection | None:
+        """What ``connection(node_id, lane)`` would return without waiting, if the connection is
+        open; None when it would have to connect (or the cluster is closed)."""
+        if self._closed:
+            return None
+        conn = self._lanes.get((node_id, lane)) if lane else self._connections.get(node_id)
+        return conn if conn is not None and conn.connected else None
+
     async def _lane_connection(self, node_id: int, lane: int) -> BrokerConnection:
         key = (node_id, lane)
         conn = self._lanes.get(key)

@@ -27,10 +27,11 @@ size is allocated, the part already received is copied into it, and the rest is 
 into it — large Fetch responses cost no copy beyond the kernel's. Frames are handed out as
 ``memoryview`` (starting at the correlation id, size prefix excluded).
 
-Send: ``send_raw`` takes a list of buffers (``codec.encode_produce_request`` output). On a
-plaintext connection whose transport has nothing queued it calls ``socket.sendmsg`` on them
-directly — payload pieces are not joined (Python 3.11's ``transport.writelines`` would join) —
-and queues only what the kernel did not take. TLS encrypts anyway, so there the pieces go through
+Send: ``send_raw`` (or ``send_nowait``, which returns the response's future instead of awaiting
+it) takes a list of buffers (``codec.encode_produce_request`` output). On a plaintext connection
+whose transport has nothing queued it calls ``socket.sendmsg`` on them directly — payload pieces
+are not joined (Python 3.11's ``transport.writelines`` would join) — and queues only what the
+kernel did not take. TLS encrypts anyway, so there the pieces go through
 ``transport.writelines``.
 
 Out of scope: throttling (``throttle_time_ms`` is returned to the caller untouched), KIP-368 SASL
@@ -609,17 +610,32 @@ class BrokerConnection:
         ``correlation_id`` must be the one encoded in the request (from ``next_correlation_id``).
         Pieces are not copied on plaintext connections unless the socket is full. With
         ``expect_response=False`` (acks=0) returns None once the bytes are handed over."""
+        if expect_response:
+            return await self.send_nowait(buffers, correlation_id, timeout_ms)
+        proto = self._live_protocol()
+        proto.send(buffers, correlation_id, False, 0.0, self._sock)
+        await proto.drain()
+        return None
+
+    def send_nowait(self, buffers: Sequence[BufferLike], correlation_id: int,
+                    timeout_ms: int | None = None) -> asyncio.Future:
+        """``send_raw`` without the await, for callers that are not coroutines (the produce hot
+        path, which saves a task per request): write the request now and return the future of
+        its response frame. It fails with ``ConnectionFailedError`` as ``send_raw`` raises it;
+        this call raises it when the connection is already gone or breaks under the write."""
+        proto = self._live_protocol()
+        timeout_s = (self.settings.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        future = proto.send(buffers, correlation_id, True, timeout_s, self._sock)
+        assert future is not None
+        return future
+
+    def _live_protocol(self) -> _FrameProtocol:
         proto = self._protocol
         if proto is None:
             raise self.error("not connected (call connect() first)")
         if proto.closed_error is not None:
             raise proto.closed_error
-        timeout_s = (self.settings.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
-        future = proto.send(buffers, correlation_id, expect_response, timeout_s, self._sock)
-        if future is None:
-            await proto.drain()
-            return None
-        return await future
+        return proto
 
 
 def _api_name(api_key: int) -> str:

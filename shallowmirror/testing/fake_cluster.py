@@ -16,7 +16,8 @@ One serving loop (``ScriptedServer``: size-prefixed frames in, a handler's answe
   every batch a Produce request carries, before the broker would store it, and returns None
   (behave like a broker), an error code (answer it, store nothing) or ``Stored(code)`` (store the
   batch, then answer ``code``: a write whose answer was lost). Every batch received is recorded in
-  ``attempts`` with the answer given. Protocol subset: ApiVersions, Metadata (all topics, whatever
+  ``attempts`` with the answer given; ``answer_produce = False`` leaves Produce requests
+  unanswered (a broker that stopped answering). Protocol subset: ApiVersions, Metadata (all topics, whatever
   was asked), InitProducerId (a new producer id per call), Produce v3-8 (parsed by hand; one batch
   per partition).
 - ``scripted_source_cluster``: the real source cluster's connections, except for a scripted
@@ -253,6 +254,8 @@ class FakeTargetCluster:
         self.script = script
         self.attempts: list[Attempt] = []
         self.produce_requests = 0
+        #: False: Produce requests are received (counted) but never answered.
+        self.answer_produce = True
         self.metadata_requests = 0
         self.producer_ids: list[int] = []
         self.ports: dict[int, int] = {}
@@ -317,6 +320,8 @@ class FakeTargetCluster:
                                                  version=version), cid)
         if api_key == 0:
             self.produce_requests += 1
+            if not self.answer_produce:
+                return None
             return encode_response(self._produce(node_id, version, body), cid)
         if api_key == 2:                       # ListOffsets: log start 0, end after the log
             return encode_response(self._list_offsets(version, body), cid)

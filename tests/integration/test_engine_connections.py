@@ -12,7 +12,7 @@ import pytest
 from engine_support import create_target, group, load_topic, raw_batches
 
 from shallowmirror.engine import MirrorEngine
-from shallowmirror.engine.sink import SPREAD_MIN_BATCH_BYTES
+from shallowmirror.engine.sink import SPREAD_MIN_BATCH_BYTES, Sink
 from shallowmirror.testing.topics import assert_same_records, read_topic
 
 pytestmark = pytest.mark.integration
@@ -91,3 +91,77 @@ def _assert_exact_copy(engine, source_cluster, target_cluster, topic, acks, stat
         mine = [a for a in acks if (a.source_topic, a.source_partition) == (topic, p)]
         assert [(a.source_base, a.source_next, a.target_base) for a in mine] == [
             (r.source_base, r.source_base + r.count, r.target_base) for r in rows]
+
+
+def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(
+        source_cluster, target_cluster, unique_topic, monkeypatch):
+    # A request goes out from the produce loop when its connection is open (answered in a done
+    # callback) and from a task that waits for the connection otherwise. Dropping the target
+    # connections again and again while mirroring makes requests fail in flight, the next ones
+    # wait for a new connection, and later ones go straight out again: the copy must stay exact.
+    # Large batches, two connections: the second (lane 1) is opened only by its produce requests.
+    topic = unique_topic("drops")
+    load_topic(source_cluster, topic, 30_000, codec="lz4", partitions=4, batch_bytes=131_072,
+               value_bytes=300)
+    create_target(target_cluster, topic, 4)
+    paths = {"open": 0, "waiting": 0}
+    send_now, send = Sink._send_now, Sink._send
+
+    def counting_send_now(self, *args):
+        paths["open"] += 1
+        return send_now(self, *args)
+
+    def counting_send(self, *args):
+        paths["waiting"] += 1
+        return send(self, *args)
+
+    monkeypatch.setattr(Sink, "_send_now", counting_send_now)
+    monkeypatch.setattr(Sink, "_send", counting_send)
+    acks: list = []
+    drops: list[int] = []
+    engine = MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
+                          topics=[topic], settings={
+                              "partition.assignment": "all", "group.id": group(),
+                              "fetch.max.wait.ms": 100, "retry.backoff.ms": 10,
+                              "retry.backoff.max.ms": 50, "target.connections.per.broker": 2})
+
+    def drop_connections_now_and_then(ack) -> None:
+        acks.append(ack)
+        if len(acks) % 12 == 0 and len(drops) < 4:
+            live = list(engine.target.live_connections())
+            drops.append(len(live))
+            for conn in live:
+                asyncio.get_running_loop().create_task(conn.close())
+
+    engine.hooks.batch_acknowledged.add(drop_connections_now_and_then)
+
+    async def scenario():
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        try:
+            await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
+            assert await engine.wait_caught_up(120), engine.stats()
+        finally:
+            stop.set()
+            await task
+        return engine.stats()
+
+    stats = asyncio.run(scenario())
+    assert stats.records == 30_000 and not stats.stopped
+    assert len(drops) == 4 and all(drops), "the target connections were dropped four times"
+    assert sorted(s.lane for s in engine.sinks.values()) == [0, 1]
+    # Lane 1 waits for its connection at first and after every drop (lane 0's is reopened
+    # at once by the metadata refresh a lost connection starts, so it rarely has to).
+    assert paths["open"] > 0 and paths["waiting"] >= 4, paths
+    source = read_topic(source_cluster.client_config(), topic)
+    target = read_topic(target_cluster.client_config(), topic)
+    assert_same_records(source, target, topic=topic)     # each record once, in order
+    src_batches, dst_batches = raw_batches(source_cluster, topic), raw_batches(target_cluster,
+                                                                               topic)
+    assert {p: [(b.base_offset, b.record_count) for b in bs] for p, bs in src_batches.items()} \
+        == {p: [(b.base_offset, b.record_count) for b in bs] for p, bs in dst_batches.items()}
+    for p, bs in dst_batches.items():
+        assert [b.base_sequence for b in bs] == [b.base_offset for b in bs]
+        # Acknowledged once per batch, in source order, resends included.
+        mine = [a.source_base for a in acks if a.source_partition == p]
+        assert mine == [b.base_offset for b in src_batches[p]]

@@ -1,8 +1,8 @@
 """No engine task dies silently: an exception injected into each kind of task the engine starts
-(fetch loop, produce loop, an in-flight Produce request, topic discovery, offset commits,
-metrics, a one-shot helper task, the membership thread) either is retried with backoff
-(transient) or ends ``run`` with an ``EngineTaskError`` naming the task, cluster and
-topic-partition. Real source and target brokers; only the injected exception is scripted."""
+(fetch loop, produce loop, an in-flight Produce request - its task or its response callback -
+topic discovery, offset commits, metrics, a one-shot helper task, the membership thread) either
+is retried with backoff (transient) or ends ``run`` with an ``EngineTaskError`` naming the task,
+cluster and topic-partition. Real source and target brokers; only the injected exception is scripted."""
 
 from __future__ import annotations
 
@@ -133,6 +133,27 @@ def test_produce_request_transient_error_resends_without_duplicates(
     monkeypatch.setattr(codec, "decode_produce_response", decode)
     _mirrors_everything(source_cluster, target_cluster, topic)
     assert len(decode.calls) > 1
+
+
+def test_error_applying_a_response_in_a_callback_fails_the_engine(
+        source_cluster, target_cluster, topic, monkeypatch):
+    # A request on an open connection is answered in its future's done callback, in no task:
+    # what raises there (asyncio would only log it) must end run() with the same EngineTaskError
+    # a failing request task gives, naming the request and where.
+    in_task: list[bool] = []
+    answered = Sink._answered
+
+    def failing_in_callback(self, *args):
+        in_task.append(asyncio.current_task() is not None)
+        if not in_task[-1]:
+            raise RuntimeError("injected")
+        return answered(self, *args)
+
+    monkeypatch.setattr(Sink, "_answered", failing_in_callback)
+    text = _fails(source_cluster, target_cluster, topic)
+    assert in_task[-1] is False, "the failing response was applied outside any task"
+    assert "produce request to target broker" in text and "RuntimeError: injected" in text
+    assert f"topic-partition {topic}-0" in text and "cluster target" in text
 
 
 @pytest.mark.parametrize(("cls", "method", "settings", "named"), [

@@ -8,12 +8,14 @@ and on the engine's state (positions, offset map, stopped partitions)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable
 
 import pytest
 
 from shallowmirror.engine import MirrorEngine
+from shallowmirror.engine.sink import Sink
 from shallowmirror.testing.fake_cluster import (
     DUPLICATE_SEQUENCE_NUMBER,
     NOT_LEADER_OR_FOLLOWER,
@@ -266,3 +268,48 @@ def test_batches_waiting_for_an_unknown_target_leader_keep_their_order(source_cl
     _assert_stored_exactly(fake, topic, written)
     _assert_offset_map_exact(engine, fake, topic, 1)
     assert fake.producer_ids == [1000]
+
+
+def test_stopping_with_requests_in_flight_drops_them_silently(source_cluster, topic, caplog,
+                                                              monkeypatch):
+    # A target that stops answering (what a real broker cannot be made to do): the engine stops
+    # with Produce requests in flight on its open connection, answered (if ever) in a done
+    # callback rather than a task the shutdown could cancel. They are dropped as the engine
+    # stops: no resend warning when the connection then closes, no error, no acknowledgement
+    # after the final commit, nothing left counted in flight.
+    caplog.set_level(logging.INFO)
+    in_flight_at_stop: list[int] = []
+    abandon = Sink.abandon_requests
+
+    def recording_abandon(sink: Sink) -> None:
+        in_flight_at_stop.append(len(sink.waiting))
+        abandon(sink)
+
+    monkeypatch.setattr(Sink, "abandon_requests", recording_abandon)
+
+    async def main():
+        await write_source_batches(source_cluster, topic, 2, 4)
+        loop_errors: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: loop_errors.append(ctx))
+        async with FakeTargetCluster({topic: 2}) as fake:
+            fake.answer_produce = False
+            # request.timeout.ms (engine): how long shutdown waits for answers; the connection's
+            # own request timeout stays 30 s, so the requests are still in flight at the stop.
+            engine = await _mirror(source_cluster, fake, topic,
+                                   lambda _e: fake.produce_requests >= 1,
+                                   **{"request.timeout.ms": 1000})
+        await asyncio.sleep(0.1)         # let any late callback run
+        return fake, engine, loop_errors
+
+    fake, engine, loop_errors = asyncio.run(main())
+    assert fake.produce_requests >= 1 and sum(in_flight_at_stop) >= 1, \
+        "requests were in flight on the open connection when the engine stopped"
+    for sink in engine.sinks.values():
+        assert sink.requests_in_flight == 0 and not sink.waiting
+        assert all(tq.in_flight == 0 and not tq.failed for tq in sink.partitions.values())
+    assert all(not engine.offset_map(topic, p).rows() for p in range(2))   # nothing acked
+    assert not engine.stats().stopped
+    assert loop_errors == []
+    noise = [r.getMessage() for r in caplog.records
+             if r.levelno >= logging.WARNING or "resent" in r.getMessage()]
+    assert noise == []

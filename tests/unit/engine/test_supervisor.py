@@ -136,3 +136,49 @@ def test_a_failure_is_reported_once(error):
         return fatal
 
     assert len(asyncio.run(main())) == 1
+
+
+def test_work_outside_a_task_fails_the_engine_as_a_failing_task_would():
+    # A Produce response is applied in a future's done callback, in no task: what it cannot
+    # handle comes to work_failed and must read exactly as if a spawned task had raised it.
+    def run(report) -> BaseException:
+        async def main():
+            fatal: list[BaseException] = []
+            await report(_supervisor(fatal))
+            return fatal
+
+        (err,) = asyncio.run(main())
+        return err
+
+    cause = BrokerError(UNSUPPORTED_VERSION, Where(cluster="tgt"), "in a Produce response")
+    what = lambda: "produce request to target broker 1 (partitions t-0)"  # noqa: E731
+    where = lambda: Where(cluster="tgt", topic="t", partition=0)  # noqa: E731
+
+    async def in_a_callback(sup: Supervisor) -> None:
+        future = asyncio.get_running_loop().create_future()
+
+        def callback(_f: asyncio.Future) -> None:
+            sup.work_failed(cause, what=what, where=where)
+
+        future.add_done_callback(callback)
+        future.set_result(None)
+        await asyncio.sleep(0)
+
+    async def in_a_task(sup: Supervisor) -> None:
+        async def fails() -> None:
+            raise cause
+
+        await asyncio.wait({sup.spawn(fails(), what=what, where=where)})
+
+    from_callback, from_task = run(in_a_callback), run(in_a_task)
+    assert isinstance(from_callback, EngineTaskError) and from_callback.error is cause
+    assert from_callback.__cause__ is cause
+    assert str(from_callback) == str(from_task)
+    assert "produce request to target broker 1" in str(from_callback)
+    assert "topic-partition t-0" in str(from_callback)
+    already = EngineTaskError("x", cause)
+    assert run(lambda sup: _report_async(sup, already)) is already    # not wrapped twice
+
+
+async def _report_async(sup: Supervisor, err: BaseException) -> None:
+    sup.work_failed(err, what="y")
