@@ -20,10 +20,10 @@ engine in one call.
 Sending costs no task: when the lane's connection is open, the loop encodes and writes the
 request itself and the response is applied in its future's done callback (a task per request
 cost about 5x that). Only when the connection must be opened first does a task wait for it and
-send; until that task has written, later requests wait behind it the same way, so requests leave
-in plan order. Both ways apply an outcome (response or error) through one function, ``_settle``,
-and what no retry fixes reaches the supervisor either way. At shutdown the requests in flight are
-dropped without a word (``abandon_requests`` for the first way, ``cancel_all`` for the second).
+send; nothing more is planned until that task has written, so requests leave in plan order. Both
+ways apply an outcome (response or error) through one function, ``_settle``, and what no retry
+fixes reaches the supervisor either way. At shutdown the requests in flight are dropped without
+a word (``abandon_requests`` for the first way, ``cancel_all`` for the second).
 
 Per-partition order: at most ``per_partition_in_flight`` (<= 5 when idempotent) batches of one
 partition are outstanding. When one fails with a retriable error the partition is *blocked*:
@@ -139,9 +139,7 @@ class Sink:
         self.allow_multiple = s["multiple.batches.per.partition"]
         self.timeout_ms = s["request.timeout.ms"]
         self.requests_sent = 0
-        #: acks=0 gets no response, so no future to wait on: such requests take the slow path.
-        self.expects_response = owner.acks != 0
-        #: Slow-path requests not written yet (their task waits for the connection).
+        #: 1 while a request's task waits for the connection (nothing more is planned meanwhile).
         self.unsent = 0
         #: Fast-path requests in flight: response future -> (picks, Produce version).
         self.waiting: dict[asyncio.Future, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
@@ -220,7 +218,7 @@ class Sink:
         """The produce loop (supervised by the engine: an error escaping it is not swallowed)."""
         loop = asyncio.get_running_loop()
         while not self.owner.stopped:
-            if self.requests_in_flight >= self.max_requests:
+            if self.requests_in_flight >= self.max_requests or self.unsent:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
@@ -248,15 +246,13 @@ class Sink:
                 stamp(batch, ttp)
                 batch.attempts += 1
             self.requests_in_flight += 1
-            conn = None
-            if self.unsent == 0 and self.expects_response:
-                conn = self.owner.live_connection(self.node_id, self.lane)
+            conn = self.owner.live_connection(self.node_id, self.lane)
             if conn is not None:
                 self._send_now(conn, picks)
                 continue
-            # Not connected (yet): a task waits for the connection. Until it has written its
-            # request every later one takes this path too, so requests go out in plan order.
-            self.unsent += 1
+            # Not connected (yet): a task waits for the connection, and nothing more is planned
+            # until it has written its request, so requests leave in plan order.
+            self.unsent = 1
             # Described lazily: the text is only needed if the request fails.
             self.owner.runtime.supervisor.spawn(
                 self._send(picks), what=lambda picks=picks: self._describe(picks),
@@ -335,7 +331,8 @@ class Sink:
                 conn = await self.owner.connection(self.node_id, self.lane)
                 version, future = self._write(conn, picks)
             finally:
-                self.unsent -= 1
+                self.unsent = 0
+                self.wake.set()
             frame = await future
         except asyncio.CancelledError:
             self._abandon(picks)         # engine stopping: these are no longer outstanding
