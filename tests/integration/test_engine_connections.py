@@ -18,6 +18,19 @@ from shallowmirror.testing.topics import assert_same_records, read_topic
 pytestmark = pytest.mark.integration
 
 
+async def _mirror_until_caught_up(engine: MirrorEngine):
+    """Run ``engine`` (hooks already added) until it has caught up; its stats."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(engine.run(stop))
+    try:
+        await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
+        assert await engine.wait_caught_up(120), engine.stats()
+    finally:
+        stop.set()
+        await task
+    return engine.stats()
+
+
 def test_partitions_pinned_to_connections_keep_order_offsets_and_hooks(
         source_cluster, target_cluster, unique_topic):
     big, small = unique_topic("lanes-big"), unique_topic("lanes-small")
@@ -36,18 +49,7 @@ def test_partitions_pinned_to_connections_keep_order_offsets_and_hooks(
                               "fetch.max.wait.ms": 100, "target.connections.per.broker": 3})
     engine.hooks.batch_acknowledged.add(acks.append)
 
-    async def scenario():
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        try:
-            await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
-            assert await engine.wait_caught_up(120), engine.stats()
-        finally:
-            stop.set()
-            await task
-        return engine.stats()
-
-    stats = asyncio.run(scenario())
+    stats = asyncio.run(_mirror_until_caught_up(engine))
     assert stats.records == 50_000 and not stats.stopped
 
     sinks = engine.sinks.values()
@@ -135,18 +137,7 @@ def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(
 
     engine.hooks.batch_acknowledged.add(drop_connections_now_and_then)
 
-    async def scenario():
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        try:
-            await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
-            assert await engine.wait_caught_up(120), engine.stats()
-        finally:
-            stop.set()
-            await task
-        return engine.stats()
-
-    stats = asyncio.run(scenario())
+    stats = asyncio.run(_mirror_until_caught_up(engine))
     assert stats.records == 30_000 and not stats.stopped
     assert len(drops) == 4 and all(drops), "the target connections were dropped four times"
     assert sorted(s.lane for s in engine.sinks.values()) == [0, 1]
