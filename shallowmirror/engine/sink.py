@@ -139,8 +139,8 @@ class Sink:
         self.allow_multiple = s["multiple.batches.per.partition"]
         self.timeout_ms = s["request.timeout.ms"]
         self.requests_sent = 0
-        #: 1 while a request's task waits for the connection (nothing more is planned meanwhile).
-        self.unsent = 0
+        #: A request's task waits for the connection (nothing more is planned meanwhile).
+        self.connecting = False
         #: Fast-path requests in flight: response future -> (picks, Produce version).
         self.waiting: dict[asyncio.Future, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
 
@@ -218,7 +218,7 @@ class Sink:
         """The produce loop (supervised by the engine: an error escaping it is not swallowed)."""
         loop = asyncio.get_running_loop()
         while not self.owner.stopped:
-            if self.requests_in_flight >= self.max_requests or self.unsent:
+            if self.requests_in_flight >= self.max_requests or self.connecting:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
@@ -252,7 +252,7 @@ class Sink:
                 continue
             # Not connected (yet): a task waits for the connection, and nothing more is planned
             # until it has written its request, so requests leave in plan order.
-            self.unsent = 1
+            self.connecting = True
             # Described lazily: the text is only needed if the request fails.
             self.owner.runtime.supervisor.spawn(
                 self._send(picks), what=lambda picks=picks: self._describe(picks),
@@ -286,16 +286,12 @@ class Sink:
     def _send_now(self, conn: BrokerConnection, picks: list[tuple[TTP, FetchedBatch]]) -> None:
         """Write the request now and leave the response to ``_on_response``: no task."""
         try:
-            try:
-                version, future = self._write(conn, picks)
-            except Exception as err:     # the connection broke under the write, or a bug
-                self._settle(picks, 0, None, err)
-                return
-            self.waiting[future] = (picks, version)
-            future.add_done_callback(self._on_response)
-        except Exception as err:
-            self.owner.runtime.supervisor.work_failed(
-                err, what=self._describe(picks), where=self._where(picks))
+            version, future = self._write(conn, picks)
+        except Exception as err:         # the connection broke under the write, or a bug
+            self._settle_outside_task(picks, 0, None, err)
+            return
+        self.waiting[future] = (picks, version)
+        future.add_done_callback(self._on_response)
 
     def _on_response(self, future: asyncio.Future) -> None:
         """A fast-path request was answered or failed. Runs as a done callback: whatever it
@@ -304,12 +300,18 @@ class Sink:
         if sent is None:                 # abandoned at shutdown (``abandon_requests``)
             return
         picks, version = sent
+        if future.cancelled():
+            self._abandon(picks)
+            return
+        error = future.exception()
+        self._settle_outside_task(picks, version,
+                                  None if error is not None else future.result(), error)
+
+    def _settle_outside_task(self, picks: list[tuple[TTP, FetchedBatch]], version: int,
+                             frame: memoryview | None, error: BaseException | None) -> None:
+        """``_settle`` where no task would carry what it raises to the supervisor."""
         try:
-            if future.cancelled():
-                self._abandon(picks)
-                return
-            error = future.exception()
-            self._settle(picks, version, None if error is not None else future.result(), error)
+            self._settle(picks, version, frame, error)
         except Exception as err:
             self.owner.runtime.supervisor.work_failed(
                 err, what=self._describe(picks), where=self._where(picks))
@@ -331,7 +333,7 @@ class Sink:
                 conn = await self.owner.connection(self.node_id, self.lane)
                 version, future = self._write(conn, picks)
             finally:
-                self.unsent = 0
+                self.connecting = False
                 self.wake.set()
             frame = await future
         except asyncio.CancelledError:

@@ -17,9 +17,9 @@ One serving loop (``ScriptedServer``: size-prefixed frames in, a handler's answe
   (behave like a broker), an error code (answer it, store nothing) or ``Stored(code)`` (store the
   batch, then answer ``code``: a write whose answer was lost). Every batch received is recorded in
   ``attempts`` with the answer given; ``answer_produce = False`` leaves Produce requests
-  unanswered (a broker that stopped answering). Protocol subset: ApiVersions, Metadata (all topics, whatever
-  was asked), InitProducerId (a new producer id per call), Produce v3-8 (parsed by hand; one batch
-  per partition).
+  unanswered (a broker that stopped answering). Protocol subset: ApiVersions, Metadata (all
+  topics, whatever was asked), InitProducerId (a new producer id per call), Produce v3-8 (parsed
+  by hand; one batch per partition).
 - ``scripted_source_cluster``: the real source cluster's connections, except for a scripted
   OFFSET_OUT_OF_RANGE below a moved log start (retention a real broker cannot be made to run on
   demand); ``write_source_batches`` writes known batches to a real source cluster.

@@ -2,7 +2,8 @@
 (fetch loop, produce loop, an in-flight Produce request - its task or its response callback -
 topic discovery, offset commits, metrics, a one-shot helper task, the membership thread) either
 is retried with backoff (transient) or ends ``run`` with an ``EngineTaskError`` naming the task,
-cluster and topic-partition. Real source and target brokers; only the injected exception is scripted."""
+cluster and topic-partition. Real source and target brokers; only the injected exception is
+scripted."""
 
 from __future__ import annotations
 
