@@ -34,6 +34,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
+from shallowmirror.engine.runtime import UNREACHABLE_LOG_INTERVAL_S
 from shallowmirror.errors import OperatorActionRequired
 from shallowmirror.net.config import librdkafka_connection
 from shallowmirror.rdkafka_logs import with_log_config
@@ -163,6 +164,8 @@ class Membership:
         self._ended = False
         self.assigned: set[TP] = set()
         self.last_error: str | None = None
+        #: Error code -> ``time.monotonic()`` of its last warning (``_error_cb``).
+        self._warned_at: dict[int | None, float] = {}
         #: ``time.monotonic()`` of the first subscription, the latest assignment and its
         #: committed offsets (the engine's start-up timeline reads them).
         self.subscribed_at: float | None = None
@@ -214,9 +217,22 @@ class Membership:
 
     # ---- consumer thread ----
     def _error_cb(self, err) -> None:
-        self.last_error = str(err)
+        """librdkafka's client-level errors. A lost source broker is reported on every
+        reconnect attempt (every ~100 ms): each kind is a warning at most once per
+        ``UNREACHABLE_LOG_INTERVAL_S``, as the engine's own connections say it; the rest go to
+        debug."""
+        text = err.str() if isinstance(err, KafkaError) else str(err)
+        self.last_error = text
+        code = err.code() if isinstance(err, KafkaError) else None
+        now = time.monotonic()
+        if now - self._warned_at.get(code, -UNREACHABLE_LOG_INTERVAL_S) < \
+                UNREACHABLE_LOG_INTERVAL_S:
+            log.debug("membership consumer (group %s, cluster %s): %s", self.group_id,
+                      self.source_alias, text)
+            return
+        self._warned_at[code] = now
         log.warning("membership consumer (group %s, cluster %s): %s", self.group_id,
-                    self.source_alias, err)
+                    self.source_alias, text)
 
     def _run(self) -> None:
         """The thread. An error that ends it (the consumer cannot be created, a rebalance
