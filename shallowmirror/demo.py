@@ -58,16 +58,23 @@ def load_samples(source: Any, records: int, codecs: Sequence[str] = CODECS) -> l
 
 def mirror_samples(source: Any, target: Any, loads: Sequence[LoadResult], run: DemoRun) -> None:
     """Mirror every sample topic shallowly by running ``shallowmirror mirror`` (the CLI, as an
-    operator would) on an mm2.properties until it has caught up."""
+    operator would) on an mm2.properties until it has caught up. The config and summary live in a
+    temporary directory that goes with the brokers."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="shallowmirror-demo-") as workdir:
+        _mirror_in(Path(workdir), source, target, loads, run)
+
+
+def _mirror_in(workdir: Any, source: Any, target: Any, loads: Sequence[LoadResult],
+               run: DemoRun) -> None:
     import json
     import os
     import resource
     import subprocess
-    import tempfile
-    from pathlib import Path
 
     topics = [r.topic for r in loads]
-    workdir = Path(tempfile.mkdtemp(prefix="shallowmirror-demo-"))
     config = workdir / "mm2.properties"
     config.write_text("\n".join([
         "clusters = source, target",

@@ -21,6 +21,7 @@ import ctypes
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -146,6 +147,9 @@ class EmbeddedCluster:
     cluster_id: str
     process: subprocess.Popen
     log_path: Path
+    #: A directory this module created for the log, removed by ``stop()``; None when the caller
+    #: chose the directory (its logs are the caller's to keep).
+    owned_dir: Path | None = None
     embedded: bool = field(default=True, init=False)
     flavor: str = field(default="tansu", init=False)
 
@@ -165,16 +169,18 @@ class EmbeddedCluster:
         return {"bootstrap.servers": self.bootstrap}
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the broker by pid: SIGTERM, then SIGKILL if it lingers."""
+        """Stop the broker by pid: SIGTERM, then SIGKILL if it lingers; then remove the log
+        directory if this module made it (storage is in memory: nothing else is left)."""
         _LIVE.pop(self.pid, None)
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout_s)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout_s)
+        if self.owned_dir is not None:
+            shutil.rmtree(self.owned_dir, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedCluster:
         return self
@@ -211,7 +217,8 @@ def start_cluster(
     tansu = find_tansu(binary)
     port = port or free_port()
     cluster_id = cluster_id or f"shallowmirror-{alias}-{uuid.uuid4().hex[:12]}"
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="shallowmirror-brokers-"))
+    owned_dir = None if log_dir else Path(tempfile.mkdtemp(prefix="shallowmirror-brokers-"))
+    log_dir = Path(log_dir) if log_dir else owned_dir
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"tansu-{alias}-{port}.log"
     url = f"tcp://127.0.0.1:{port}"
@@ -225,12 +232,15 @@ def start_cluster(
                 env=env, preexec_fn=_set_parent_death_signal,
             )
         except OSError as err:
+            if owned_dir is not None:
+                shutil.rmtree(owned_dir, ignore_errors=True)
             raise BrokerStartError(f"cannot run tansu ({tansu}): {err}") from err
-    cluster = EmbeddedCluster(alias, port, cluster_id, process, log_path)
+    cluster = EmbeddedCluster(alias, port, cluster_id, process, log_path, owned_dir)
     _LIVE[process.pid] = cluster
     try:
         _wait_ready(cluster)
     except BaseException:
+        cluster.owned_dir = None        # the error names the log: keep it
         cluster.stop()
         raise
     log.info("embedded cluster %s up on %s (pid %d, id %s, log %s)",

@@ -4,11 +4,13 @@ processes gone by pid."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -203,6 +205,31 @@ def test_stopped_brokers_are_gone_by_pid(broker_log_dir):
 
 
 @pytest.mark.harness_tansu
+def test_a_broker_leaves_no_directory_behind_unless_its_log_was_asked_for(tmp_path, monkeypatch,
+                                                                         broker_log_dir):
+    """Without ``log_dir`` the log goes to a temporary directory that ``stop`` removes (storage
+    is in memory, so nothing else is left); a caller's ``log_dir`` is kept, and so is the log a
+    start-up error names."""
+    monkeypatch.setattr(embedded.tempfile, "tempdir", str(tmp_path))
+    cluster = start_cluster("tidy")
+    assert cluster.log_path.parent.parent == tmp_path and cluster.log_path.exists()
+    cluster.stop()
+    assert list(tmp_path.iterdir()) == []
+
+    kept = start_cluster("kept", log_dir=broker_log_dir)
+    kept.stop()
+    assert kept.log_path.exists()
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        with pytest.raises(BrokerStartError) as info:
+            start_cluster("clash", port=squatter.getsockname()[1])
+    named = next(word for word in str(info.value).split() if word.startswith(str(tmp_path)))
+    assert Path(named.rstrip(":")).exists(), "the log the error names was removed"
+
+
+@pytest.mark.harness_tansu
 def test_brokers_die_with_their_owner(broker_log_dir):
     """PR_SET_PDEATHSIG: a killed owner process does not leave a broker behind."""
     code = ("import sys, time; from shallowmirror.testing.embedded import start_cluster; "
@@ -229,11 +256,12 @@ def test_session_brokers_are_children_of_this_process(clusters):
     assert {c.pid for c in clusters} <= children
 
 
-def _demo(*args: str) -> subprocess.Popen:
+def _demo(*args: str, tmpdir: Path | None = None) -> subprocess.Popen:
     # SIG_DFL for SIGINT: a shell's background job may have inherited "ignore".
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
     return subprocess.Popen(
         [sys.executable, "-m", "shallowmirror.demo", *args], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -243,8 +271,8 @@ def _demo_broker_pids(stdout: str) -> list[int]:
 
 
 @pytest.mark.harness_tansu
-def test_demo_runs_and_stops_its_brokers():
-    proc = _demo("--records", "300")
+def test_demo_runs_and_stops_its_brokers(tmp_path):
+    proc = _demo("--records", "300", tmpdir=tmp_path)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     for codec in CODECS:
@@ -253,6 +281,7 @@ def test_demo_runs_and_stops_its_brokers():
     assert out.count("identical") == len(CODECS) or "mirroring skipped" in out
     pids = _demo_broker_pids(out)
     assert len(pids) == 2 and all(_gone(pid) for pid in pids)
+    assert list(tmp_path.iterdir()) == [], "the demo left files in the temporary directory"
 
 
 @pytest.mark.harness_tansu
