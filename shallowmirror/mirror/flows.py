@@ -29,6 +29,7 @@ from shallowmirror.errors import ShallowMirrorError, needs_operator
 from shallowmirror.mirror.clients import admin_client
 from shallowmirror.mirror.config import FlowConfig
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
+from shallowmirror.mirror.status import counted
 from shallowmirror.mirror.topic_sync import ClusterUnreachableError, TopicSync
 
 log = logging.getLogger(__name__)
@@ -374,7 +375,7 @@ class FlowRunner:
             return None
         assignment = self.flow.engine_settings.get("partition.assignment", "group")
         if self.flow.shallow and assignment == "all":
-            return f"assigning every partition of {len(self.ready_topics)} topics"
+            return f"assigning every partition of {counted(len(self.ready_topics), 'topic')}"
         return (f"joining consumer group {self.flow.engine_settings.get('group.id')} on "
                 f"cluster {self.flow.source}")
 

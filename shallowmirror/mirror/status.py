@@ -72,8 +72,8 @@ class StatusReporter:
             state = (states or {}).get(snap.flow, "")
             line = (f"status {snap.flow} {snap.mode}: {mbps:.1f} MB/s, {rps:,.0f} records/s, "
                     f"lag {lag_text(snap.lag, snap.lag_unknown)}, "
-                    f"{len(topics)} topics/{len(snap.partitions)} partitions, "
-                    f"{snap.records:,} records mirrored")
+                    f"{counted(len(topics), 'topic')}/{counted(len(snap.partitions), 'partition')}, "
+                    f"{counted(snap.records, 'record')} mirrored")
             if snap.heartbeat_latency_ms is not None:
                 line += f", heartbeat latency {snap.heartbeat_latency_ms:,.0f} ms"
             if state and state != "running":
@@ -90,9 +90,14 @@ def lag_text(lag: int | None, unknown: int) -> str:
     if lag is None:
         return "unknown"
     if unknown:
-        return (f"at least {lag:,} records ({unknown} partition{'s' if unknown > 1 else ''} not "
+        return (f"at least {counted(lag, 'record')} ({counted(unknown, 'partition')} not "
                 "measured yet)")
-    return f"{lag:,} records"
+    return counted(lag, "record")
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 topic``, ``3 topics``, ``12,000 records``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def cpu_seconds() -> float:
@@ -123,14 +128,14 @@ class Summary:
     def text(self) -> str:
         startup = (f", after {self.startup_s:.1f} s of start-up"
                    if self.startup_s is not None else "")
-        lines = [f"mirrored {self.records:,} records, {self.bytes / _MB:.1f} MB in "
+        lines = [f"mirrored {counted(self.records, 'record')}, {self.bytes / _MB:.1f} MB in "
                  f"{self.wall_s:.1f} s ({self.mb_per_s:.1f} MB/s{startup}), CPU "
                  f"{self.cpu_s:.1f} s" + (" — caught up" if self.caught_up else "")]
         for name, f in self.flows.items():
             # The shallow path counts batch bytes as stored; the deep path key + value bytes.
             kind = "compressed" if f["mode"] == "shallow" else "uncompressed"
-            lines.append(f"  {name} ({f['mode']}): {f['records']:,} records, "
-                         f"{f['bytes'] / _MB:.1f} MB {kind}, {f['topics']} topics, lag "
+            lines.append(f"  {name} ({f['mode']}): {counted(f['records'], 'record')}, "
+                         f"{f['bytes'] / _MB:.1f} MB {kind}, {counted(f['topics'], 'topic')}, lag "
                          f"{lag_text(f['lag'], f['lag_unknown'])}")
             lines += [f"    error: {e}" for e in f["errors"]]
         return "\n".join(lines)

@@ -6,7 +6,7 @@ import logging
 from shallowmirror.mirror.logs import ContextFilter, JsonFormatter
 from shallowmirror.mirror.prometheus import MirrorCollector
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
-from shallowmirror.mirror.status import LatencyObserver, StatusReporter, summarize
+from shallowmirror.mirror.status import LatencyObserver, StatusReporter, lag_text, summarize
 
 
 def _record(message: str) -> logging.LogRecord:
@@ -41,8 +41,15 @@ def test_status_line_rates_and_lag(monkeypatch):
     (line,) = reporter.lines([snap])
     # One partition's lag is not known: the sum of the others is a minimum, and says so.
     assert line.startswith("status A->B shallow: 2.0 MB/s, 10,000 records/s, lag at least 10 "
-                           "records (1 partition not measured yet), 1 topics/2 partitions")
+                           "records (1 partition not measured yet), 1 topic/2 partitions")
     assert "1 error(s): orders-1: stopped: CRC" in line
+
+
+def test_counts_of_one_are_singular():
+    summary = summarize([_snap(1, 2_000_000)], wall_s=2.0, cpu_s=0.5, caught_up=True)
+    assert summary.text().startswith("mirrored 1 record, ")
+    assert ", 1 topic, lag " in summary.text()
+    assert lag_text(1, 0) == "1 record" and lag_text(0, 0) == "0 records"
 
 
 def test_summary_text():
