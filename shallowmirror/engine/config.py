@@ -16,6 +16,18 @@ from shallowmirror.settings import Setting, SettingsTable
 
 _MIB = 1024 * 1024
 
+
+def _acks_problem(value: str) -> str | None:
+    """acks=0 gets its reason; any other bad value the accepted ones."""
+    if value == "0":
+        return ("acks=0 is not supported: the target would not answer Produce requests, so "
+                "source offsets could never be committed at acknowledged batches; use all "
+                "(the default) or 1")
+    if value not in ("all", "-1", "1"):
+        return f"must be one of all, -1, 1, got {value!r}"
+    return None
+
+
 ENGINE_SETTINGS = SettingsTable(
     title="Engine (shallow mirror)",
     passthrough_prefixes=("ssl.", "sasl.", "security.", "bootstrap.", "client.", "socket."),
@@ -59,8 +71,9 @@ ENGINE_SETTINGS = SettingsTable(
                 "Most bytes in one Produce request; partitions' batches are packed up to it. A "
                 "single batch above it is an error naming the size and this limit.",
                 minimum=1024),
-        Setting("acks", "str", "all", "Produce acks: all (-1), 1 or 0 is not supported.",
-                choices=("all", "-1", "1")),
+        Setting("acks", "str", "all",
+                "Produce acks: all (-1) or 1. 0 is refused: a target that does not answer "
+                "leaves nothing to commit source offsets on.", validator=_acks_problem),
         Setting("enable.idempotence", "bool", True,
                 "Stamp the mirror's own producer id/epoch/sequence (InitProducerId on the "
                 "target) into every batch: retries never duplicate or reorder."),
@@ -163,6 +176,7 @@ ENGINE_SETTINGS = SettingsTable(
                 "Not for users: a fixed producer id (tests); -1 asks the target."),
     ],
 )
+
 
 def resolve_settings(raw: Mapping[str, Any] | None, *, context: str = "engine") -> dict[str, Any]:
     """Defaults overlaid with ``raw`` (strings or typed values), checked across keys."""

@@ -72,6 +72,9 @@ def test_binary_garbage_as_properties_file(tmp_path):
     ("A.ssl.ca.location = /nonexistent/ca.pem\nA.security.protocol = SSL",
      "ssl.ca.location/ssl.truststore.location (cluster A): cannot load '/nonexistent/ca.pem'"),
     ("tasks.max = many", "tasks.max (A->B): expected a whole number, got 'many'"),
+    ("B.producer.acks = 0", "acks (A->B): acks=0 is not supported: the target would not "
+     "answer Produce requests"),
+    ("B.producer.acks = 2", "acks (A->B): must be one of all, -1, 1, got '2'"),
 ])
 def test_check_validates_every_value(tmp_path, line, message):
     assert_config_error(run_cli("mirror", mm2(tmp_path, *GOOD, line), "--check"), message)
