@@ -35,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "mirror re-packed (compacted batches with offset gaps) are compared record "
                     "by record. Prints the first mismatch with cluster, topic, partition and "
                     "offsets on both sides (exit 1), or a per-topic summary (exit 0). Exit 2: "
-                    "configuration error or unreachable cluster. Run it once the mirror has "
+                    "configuration error, or a cluster unreachable for 30 s (the cluster's "
+                    "reconnect.deadline.ms, if set). Run it once the mirror has "
                     "caught up (`mirror --exit-when-caught-up`): a tail still in flight counts "
                     "as missing.",
         epilog=epilog(EXAMPLES))

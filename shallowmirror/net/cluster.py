@@ -43,6 +43,10 @@ from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
 
+#: An unreachable broker is retried about once a second: it is a warning at most this often
+#: per connection attempt loop (the rest go to debug), so an outage is a line every 10 s.
+RETRY_WARNING_INTERVAL_S = 10.0
+
 
 
 @dataclass(frozen=True)
@@ -392,6 +396,7 @@ class Cluster:
         deadline = started + settings.reconnect_deadline_ms / 1000
         backoff_ms = float(settings.reconnect_backoff_ms)
         attempts = 0
+        warned_at = -RETRY_WARNING_INTERVAL_S
         tried: dict[str, str] = {}
         while True:
             for target in targets:
@@ -418,8 +423,15 @@ class Cluster:
                     f", security.protocol={settings.security_protocol})",
                     Where(cluster=self.alias))
             delay_s = min(backoff_ms * random.uniform(0.8, 1.2) / 1000, deadline - now)
-            log.warning("cluster %s: cannot reach %s; retrying in %.2gs", self.alias, reasons,
-                        delay_s)
+            if now - warned_at >= RETRY_WARNING_INTERVAL_S:
+                warned_at = now
+                so_far = (f" ({attempts} attempts over {now - started:.0f}s so far)"
+                          if attempts > len(targets) else "")
+                log.warning("cluster %s: cannot reach %s; retrying in %.1fs%s", self.alias,
+                            reasons, delay_s, so_far)
+            else:
+                log.debug("cluster %s: cannot reach %s; retrying in %.1fs", self.alias, reasons,
+                          delay_s)
             await asyncio.sleep(delay_s)
             backoff_ms = min(backoff_ms * 2, float(settings.reconnect_backoff_max_ms))
 

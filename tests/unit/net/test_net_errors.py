@@ -200,3 +200,32 @@ def test_broker_dropping_every_connection_gives_up_at_the_deadline(caplog):
     with caplog.at_level(logging.WARNING):
         asyncio.run(main())
     assert "cluster A: cannot reach 127.0.0.1:" in caplog.text and "retrying in" in caplog.text
+
+
+def test_an_unreachable_broker_is_one_warning_per_interval_not_one_per_attempt(caplog):
+    """Retried about once a second for up to two minutes: a warning every
+    RETRY_WARNING_INTERVAL_S, naming the attempts so far; every other attempt goes to debug."""
+    import socket
+
+    from shallowmirror.net import cluster as cluster_module
+
+    with socket.socket() as s:          # a port nobody listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+        async def main():
+            cluster = Cluster({"bootstrap.servers": f"127.0.0.1:{port}",
+                               "reconnect.deadline.ms": "1500", "reconnect.backoff.ms": "20",
+                               "reconnect.backoff.max.ms": "40"}, "A")
+            with pytest.raises(ConnectionFailedError) as info:
+                await cluster.start()
+            await cluster.close()
+            return info.value
+
+        caplog.set_level(logging.DEBUG, logger=cluster_module.__name__)
+        err = asyncio.run(main())
+    retries = [r for r in caplog.records if "retrying in" in r.getMessage()]
+    warnings = [r for r in retries if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and len(retries) >= 10, [r.getMessage() for r in retries]
+    assert warnings[0].getMessage().startswith(f"cluster A: cannot reach 127.0.0.1:{port} ")
+    assert "gave up after" in str(err)
