@@ -339,3 +339,44 @@ def test_bench_progress_bar_ends_on_the_tables_figure(source_cluster, target_clu
     assert float(bar[-1]) == pytest.approx(table_mb_s, abs=0.15), (bar[-1], row)
     # The harness's own clients log through Python logging, not librdkafka's raw lines.
     assert not re.search(r"%\d\|\d+\.\d+\|", result.stderr), result.stderr[-2000:]
+
+
+@pytest.mark.harness_tansu
+def test_sigterm_stops_a_bench_as_ctrl_c_does(tmp_path):
+    """`kill` or `timeout` on a command without its own graceful stop: the brokers it started are
+    stopped, their temporary directories removed, exit 143 with one line, no traceback."""
+    import os
+    import re
+
+    import psutil
+
+    log_path = tmp_path / "bench.log"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with open(log_path, "w") as log_file:
+        bench = subprocess.Popen(command("bench", "--records", "400000", "--out",
+                                         str(tmp_path / "out.jsonl")),
+                                 stdout=log_file, stderr=subprocess.STDOUT, text=True,
+                                 env={**os.environ, "TMPDIR": str(scratch),
+                                      "PYTHONUNBUFFERED": "1"})
+        try:
+            deadline = time.monotonic() + 120
+            while "loaded bench-" not in log_path.read_text() and time.monotonic() < deadline:
+                assert bench.poll() is None, log_path.read_text()
+                time.sleep(0.1)
+            bench.send_signal(signal.SIGTERM)
+            code = bench.wait(60)
+        finally:
+            if bench.poll() is None:
+                bench.kill()
+                bench.wait(10)
+    log = log_path.read_text()
+    assert code == 143, log[-3000:]
+    assert log.rstrip().endswith("shallowmirror bench: terminated (SIGTERM)"), log[-3000:]
+    assert "Traceback" not in log
+    pids = [int(p) for p in re.findall(r"\(pid (\d+), id shallowmirror-bench-", log)]
+    assert len(pids) == 2, log[:3000]
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or \
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"broker pid {pid} still runs"
+    assert not list(scratch.glob("shallowmirror-brokers-*")), list(scratch.iterdir())
