@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,6 +167,7 @@ def run_report(
     if window_s <= 0:
         raise ShallowMirrorError(f"--window-s must be positive, got {window_s}")
     files = find_inputs(inputs)
+    out_dir = _writable_dir(out_dir)       # before Spark: a bad --out costs no JVM start
     own_session = spark is None
     if spark is None:
         from shallowmirror.reports.spark import spark_session, stop_session
@@ -177,4 +179,27 @@ def run_report(
     finally:
         if own_session:
             stop_session(spark)  # and its JVM, before the CLI returns
-    return write_report(data, Path(out_dir))
+    if not any(data.tables.values()):
+        raise ShallowMirrorError(
+            f"nothing to report in {', '.join(str(f) for f in files)}: no benchmark run, flow "
+            f"or process record ({data.malformed_lines} line(s) not JSON, "
+            f"{data.unknown_records} record(s) of another kind); give the JSON lines written "
+            "by `shallowmirror bench --out` or `shallowmirror mirror --metrics-file`")
+    try:
+        return write_report(data, out_dir)
+    except OSError as err:
+        raise ShallowMirrorError(f"--out {out_dir}: cannot write the report "
+                                 f"({err.strerror or err})") from err
+
+
+def _writable_dir(out_dir: str | Path) -> Path:
+    """``out_dir``, created if needed; a ShallowMirrorError naming it if it cannot be."""
+    path = Path(out_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ShallowMirrorError(f"--out {out_dir}: cannot create the directory "
+                                 f"({err.strerror or err})") from err
+    if not os.access(path, os.W_OK):
+        raise ShallowMirrorError(f"--out {out_dir}: the directory is not writable")
+    return path

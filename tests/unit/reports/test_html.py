@@ -114,6 +114,34 @@ def test_missing_inputs_are_named(tmp_path):
     assert find_inputs([tmp_path]) == [tmp_path / "sub" / "a.jsonl"]
 
 
+def test_a_file_without_any_record_to_report_is_an_error(spark, tmp_path):
+    """Not an empty report and exit 0: nothing was measured, and the message says what the
+    input held and what report reads."""
+    from shallowmirror.errors import ShallowMirrorError
+    from shallowmirror.reports.report import run_report
+
+    text = tmp_path / "notes.jsonl"
+    text.write_text('garbage\n{"kind": "something else"}\n')
+    with pytest.raises(ShallowMirrorError) as info:
+        run_report([text], tmp_path / "out", spark=spark)
+    assert str(info.value) == (
+        f"nothing to report in {text}: no benchmark run, flow or process record (1 line(s) not "
+        "JSON, 1 record(s) of another kind); give the JSON lines written by `shallowmirror bench "
+        "--out` or `shallowmirror mirror --metrics-file`")
+
+
+def test_an_output_directory_that_cannot_be_made_is_named_before_spark_starts(data_dir,
+                                                                              tmp_path):
+    from shallowmirror.errors import ShallowMirrorError
+    from shallowmirror.reports.report import run_report
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ShallowMirrorError, match=f"--out {blocker}/report: cannot create the "
+                                                 "directory"):
+        run_report([data_dir], blocker / "report")     # no Spark session: fails before it
+
+
 def test_no_data_rows_only_for_codecs_that_were_run():
     from shallowmirror.reports.report import _goals_without_data
 
