@@ -119,14 +119,54 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
+#: What the driver JVM prints on every start, whatever log4j2 says: the JVM's note on the vector
+#: incubator module Spark 4 adds, and Spark's banner for a Python driver (it announces the
+#: shell's WARN default even when our log4j2 profile says error). Dropped from its stderr.
+_JVM_START_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",
+                    b'Setting default log level to "',
+                    b"To adjust logging level use sc.setLogLevel(newLevel).")
 
-def _quiet_log4j2_file() -> str:
-    """A log4j2 properties file that logs errors only (written once per process, in tmp)."""
-    path = os.path.join(tempfile.gettempdir(), f"shallowmirror-log4j2-{os.getpid()}.properties")
-    if not os.path.exists(path):
-        with open(path, "w", encoding="utf-8") as f:
+
+@contextlib.contextmanager
+def _quiet_log4j2_file():
+    """A log4j2 properties file that logs errors only, removed once the JVM has read it."""
+    fd, path = tempfile.mkstemp(prefix="shallowmirror-log4j2-", suffix=".properties")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(_LOG4J2_QUIET)
-    return path
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+@contextlib.contextmanager
+def _jvm_stderr_filtered():
+    """While the driver JVM is launched, give it a stderr pipe that forwards every line to the
+    real stderr except ``_JVM_START_NOISE`` (a thread copies until the JVM exits); this
+    process's own stderr is restored as soon as the launch returns."""
+    import threading
+
+    read_fd, write_fd = os.pipe()
+    saved = os.dup(2)
+    out = os.dup(2)
+
+    def forward() -> None:
+        with os.fdopen(read_fd, "rb") as pipe, os.fdopen(out, "wb", buffering=0) as real:
+            for line in pipe:
+                if not line.rstrip().startswith(_JVM_START_NOISE):
+                    real.write(line)
+
+    threading.Thread(target=forward, name="spark-stderr", daemon=True).start()
+    sys.stderr.flush()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def spark_session(
@@ -158,7 +198,6 @@ def spark_session(
         .config("spark.default.parallelism", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.log.level", "ERROR")
         # Times in the inputs are epoch seconds; keep any rendering of them in UTC.
         .config("spark.sql.session.timeZone", "UTC")
     )
@@ -168,12 +207,16 @@ def spark_session(
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
-        # Read by the driver JVM that spark-submit launches, so it applies from Spark's first
-        # log line. Local only: on a cluster, its own spark-defaults may set these options.
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile=file:{_quiet_log4j2_file()}")
+    else:
+        builder = builder.config("spark.log.level", "ERROR")
     try:
-        session = builder.getOrCreate()
+        with _quiet_log4j2_file() as log4j2, _jvm_stderr_filtered():
+            if master.startswith("local"):
+                # Read by the driver JVM that spark-submit launches, so it applies from Spark's
+                # first log line. Local only: on a cluster, its own spark-defaults may set these.
+                builder = builder.config("spark.driver.extraJavaOptions",
+                                         f"-Dlog4j2.configurationFile=file:{log4j2}")
+            session = builder.getOrCreate()
     except Exception as err:  # noqa: BLE001 - py4j raises plain Exceptions on gateway failure
         raise ShallowMirrorError(f"could not start Spark (master {master}): {err}") from err
     session.sparkContext.setLogLevel("ERROR")
