@@ -105,12 +105,30 @@ class MirrorProcess:
         from shallowmirror.errors import ConfigError
 
         try:
-            Path(self.metrics_file).parent.mkdir(parents=True, exist_ok=True)
+            if not Path(self.metrics_file).parent.exists():
+                Path(self.metrics_file).parent.mkdir(parents=True)
             self.observer.inner = JsonLinesMetricsSink(self.metrics_file)
         except OSError as err:
             raise ConfigError(f"metrics.file {self.metrics_file}: cannot write to it "
                               f"({err.strerror or err})") from err
         log.info("metrics events appended to %s", self.metrics_file)
+
+    def _check_summary_path(self) -> None:
+        """--summary-json is written at exit: find out now, not after the run, that it cannot
+        be (the file is created empty here)."""
+        path = self.options.summary_json
+        if not path:
+            return
+        from shallowmirror.errors import ConfigError
+
+        try:
+            if not Path(path).parent.exists():
+                Path(path).parent.mkdir(parents=True)
+            with open(path, "a"):
+                pass
+        except OSError as err:
+            raise ConfigError(f"--summary-json {path}: cannot write to it "
+                              f"({err.strerror or err})") from err
 
     # -- loops -----------------------------------------------------------------------------------
 
@@ -189,6 +207,7 @@ class MirrorProcess:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         started, cpu0 = time.monotonic(), cpu_seconds()
         self._open_sink()
+        self._check_summary_path()
         self.flows = [FlowRunner(f, metrics_sink=self.observer) for f in self.config.flows]
         server = None
         if self.prometheus_port is not None:
@@ -232,7 +251,12 @@ class MirrorProcess:
     def _report(self, summary: Summary) -> None:
         print(summary.text(), flush=True)
         if self.options.summary_json:
-            Path(self.options.summary_json).write_text(json.dumps(summary.as_dict(), indent=2))
+            try:
+                Path(self.options.summary_json).write_text(
+                    json.dumps(summary.as_dict(), indent=2))
+            except OSError as err:    # it was writable at start: say so, keep the exit status
+                log.error("--summary-json %s: cannot write the summary (%s)",
+                          self.options.summary_json, err.strerror or err)
 
 
 def run_process(config: MirrorConfig, options: ProcessOptions | None = None) -> int:

@@ -101,6 +101,17 @@ def test_unwritable_metrics_file_is_a_message(tmp_path):
     assert_config_error(result, f"metrics.file {blocker / 'm.jsonl'}: cannot write to it")
 
 
+def test_unwritable_summary_json_is_a_message_before_the_run(tmp_path):
+    """Found at start, not after a whole run (it was an 'unexpected FileNotFoundError')."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cli("mirror", mm2(tmp_path, *GOOD), "--summary-json", str(blocker / "s.json"),
+                     "--exit-when-caught-up")
+    assert_config_error(result, f"--summary-json {blocker / 's.json'}: cannot write to it "
+                                "(Not a directory)")
+    assert "mirrored" not in result.stdout
+
+
 # -- item 4: a typo must not widen the mirror ---------------------------------------------------------
 
 
