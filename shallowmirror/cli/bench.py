@@ -116,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"shallowmirror bench: {problem}", file=sys.stderr)
         return 2
 
+    early = _output_problem(args.out, args.report)      # not after a whole bench
+    if early:
+        print(f"shallowmirror bench: {early}", file=sys.stderr)
+        return 2
     with open(args.out, "a") as out:
         def emit(record: dict) -> None:
             out.write(json.dumps(record) + "\n")
@@ -144,6 +148,24 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         _maybe_report(args.out, args.report)
     return 0 if all(r["ok"] for r in records) else 1
+
+
+def _output_problem(out: str, report_dir: str | None) -> str | None:
+    """Why --out or --report cannot be written, or None."""
+    try:
+        with open(out, "a"):
+            pass
+    except OSError as err:
+        return f"--out {out}: cannot write to it ({err.strerror or err})"
+    if report_dir:
+        from shallowmirror.errors import ShallowMirrorError
+        from shallowmirror.reports.report import writable_dir
+
+        try:
+            writable_dir(report_dir, "--report")
+        except ShallowMirrorError as err:
+            return str(err)
+    return None
 
 
 def _maybe_report(results: str, out_dir: str) -> None:

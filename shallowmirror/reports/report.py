@@ -167,7 +167,7 @@ def run_report(
     if window_s <= 0:
         raise ShallowMirrorError(f"--window-s must be positive, got {window_s}")
     files = find_inputs(inputs)
-    out_dir = _writable_dir(out_dir)       # before Spark: a bad --out costs no JVM start
+    out_dir = writable_dir(out_dir)       # before Spark: a bad --out costs no JVM start
     own_session = spark is None
     if spark is None:
         from shallowmirror.reports.spark import spark_session, stop_session
@@ -192,14 +192,15 @@ def run_report(
                                  f"({err.strerror or err})") from err
 
 
-def _writable_dir(out_dir: str | Path) -> Path:
-    """``out_dir``, created if needed; a ShallowMirrorError naming it if it cannot be."""
+def writable_dir(out_dir: str | Path, option: str = "--out") -> Path:
+    """``out_dir``, created if needed; a ShallowMirrorError naming it (as ``option``) if it
+    cannot be."""
     path = Path(out_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ShallowMirrorError(f"--out {out_dir}: cannot create the directory "
+        raise ShallowMirrorError(f"{option} {out_dir}: cannot create the directory "
                                  f"({err.strerror or err})") from err
     if not os.access(path, os.W_OK):
-        raise ShallowMirrorError(f"--out {out_dir}: the directory is not writable")
+        raise ShallowMirrorError(f"{option} {out_dir}: the directory is not writable")
     return path

@@ -204,3 +204,19 @@ def test_a_count_that_is_not_one_names_the_option(args, message):
     assert result.returncode == 2, result
     assert message in result.stderr
     assert "invalid literal" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bench_output_paths_are_checked_before_any_broker_starts(tmp_path):
+    """--out and --report were found unwritable only after the whole matrix had run (and --out
+    as an 'unexpected FileNotFoundError')."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cli("bench", "--records", "1000", "--out", str(blocker / "b.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (f"shallowmirror bench: --out {blocker / 'b.jsonl'}: cannot "
+                                     "write to it (Not a directory)")
+    result = run_cli("bench", "--records", "1000", "--out", str(tmp_path / "b.jsonl"),
+                     "--report", str(blocker / "report"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (f"shallowmirror bench: --report {blocker / 'report'}: "
+                                     "cannot create the directory (Not a directory)")
