@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 
@@ -39,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--linger-ms", type=int, default=20)
     p.add_argument("--idempotent", action="store_true")
     p.add_argument("--transactional", action="store_true")
-    p.add_argument("--transaction-records", type=int, default=1_000)
+    p.add_argument("--transaction-records", type=int,
+                   help="with --transactional: records per transaction (default 1000)")
     p.add_argument("--abort-every", type=int, default=0,
                    help="with --transactional: abort every Nth transaction")
     p.add_argument("--seed", type=int, default=0)
@@ -106,7 +108,43 @@ def _partitions(args: argparse.Namespace, existing: int | None) -> int:
     return existing
 
 
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic``); tansu accepts
+#: any name, so the rule is checked here rather than left to the broker.
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def option_problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the options, in their own names, before any broker is contacted."""
+    problems = []
+    if not _TOPIC_NAME.fullmatch(args.topic) or args.topic in (".", ".."):
+        problems.append(f"--topic {args.topic!r}: Kafka topic names are 1 to 249 letters, "
+                        "digits, '.', '_' or '-' (not '.' or '..')")
+    if args.partitions is not None and args.partitions < 1:
+        problems.append(f"--partitions must be at least 1, got {args.partitions}")
+    for option in ("keys", "headers", "linger_ms"):
+        if getattr(args, option) < 0:
+            problems.append(f"--{option.replace('_', '-')} must not be negative, got "
+                            f"{getattr(args, option)}")
+    if args.batch_bytes < 1:
+        problems.append(f"--batch-bytes must be at least 1, got {args.batch_bytes}")
+    if not args.transactional:
+        given = [name for name, value in (("--transaction-records", args.transaction_records),
+                                          ("--abort-every", args.abort_every or None))
+                 if value is not None]
+        if given:
+            problems.append(f"{' and '.join(given)} only "
+                            f"{'apply' if len(given) > 1 else 'applies'} with --transactional")
+    if args.transaction_records is not None and args.transaction_records < 1:
+        problems.append(f"--transaction-records must be at least 1, got "
+                        f"{args.transaction_records}")
+    if args.abort_every < 0:
+        problems.append(f"--abort-every must not be negative, got {args.abort_every}")
+    return problems
+
+
 def run(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaError, KafkaException
+
     from shallowmirror.errors import ShallowMirrorError
     from shallowmirror.net.config import parse_host_port
     from shallowmirror.testing.workload import Workload, load
@@ -121,9 +159,13 @@ def run(args: argparse.Namespace) -> int:
     for item in args.producer_config:
         key, sep, value = item.partition("=")
         if not sep:
-            print(f"-X {item}: expected KEY=VALUE", file=sys.stderr)
+            print(f"shallowmirror load: -X {item}: expected KEY=VALUE", file=sys.stderr)
             return 2
         extra[key] = value
+    problems = option_problems(args)
+    if problems:
+        print("shallowmirror load: " + "; ".join(problems), file=sys.stderr)
+        return 2
     try:
         partitions = _partitions(args, _existing_partitions(args.bootstrap_servers, args.topic,
                                                             extra))
@@ -131,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
             topic=args.topic, records=args.records, value_bytes=args.value_bytes, keys=args.keys,
             headers=args.headers, partitions=partitions, codec=args.codec,
             batch_bytes=args.batch_bytes, linger_ms=args.linger_ms, idempotent=args.idempotent,
-            transactional=args.transactional, transaction_records=args.transaction_records,
+            transactional=args.transactional,
+            transaction_records=args.transaction_records or 1_000,
             abort_every=args.abort_every, seed=args.seed, create_topic=not args.existing_topic,
             producer_config=extra,
         )
@@ -143,6 +186,12 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
 
         result = load(args.bootstrap_servers, workload, progress=progress)
+    except KafkaException as err:      # librdkafka refused the producer's configuration
+        error = err.args[0] if err.args else None
+        print(f"\nshallowmirror load: the producer configuration was refused: "
+              f"{error.str().strip() if isinstance(error, KafkaError) else err} (from -X or "
+              "--batch-bytes/--linger-ms)", file=sys.stderr)
+        return 2
     except ShallowMirrorError as err:
         print(f"\nshallowmirror load: {err}", file=sys.stderr)
         return 1

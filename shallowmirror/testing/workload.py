@@ -304,8 +304,6 @@ def load(
 
     w = workload
     base = client_config(cluster_or_config)
-    if w.create_topic:
-        create_topic(base, w)
     plan = _plan(w)
     if w.timestamp_ms is None:
         _stamp_with_clock(plan)
@@ -343,8 +341,10 @@ def load(
     }
     if w.transactional:
         config["transactional.id"] = f"shallowmirror-load-{w.topic}-{uuid.uuid4().hex[:8]}"
+    producer = Producer(config)     # first: a configuration librdkafka refuses makes no topic
+    if w.create_topic:
+        create_topic(base, w)
     started = time.monotonic()
-    producer = Producer(config)
     outcomes = w.transaction_outcomes()
     aborted_flags = [False] * total  # per record, in produce order
     try:

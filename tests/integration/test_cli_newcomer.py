@@ -132,6 +132,24 @@ def test_load_against_an_unreachable_broker_says_so(tmp_path):
     assert "%3|" not in result.stderr and "Traceback" not in result.stderr
 
 
+def test_load_with_a_producer_setting_librdkafka_refuses_creates_no_topic(source_cluster,
+                                                                        unique_topic):
+    topic = unique_topic("refused")
+    base = ("load", "--bootstrap-servers", source_cluster.bootstrap, "--topic", topic,
+            "--records", "100")
+    result = run_cli(*base, "-X", "linger.ms=abc")
+    assert result.returncode == 2, result.stderr
+    assert ('shallowmirror load: the producer configuration was refused: Invalid value for '
+            'configuration property "queue.buffering.max.ms" (from -X or '
+            '--batch-bytes/--linger-ms)') in result.stderr
+    assert "unexpected" not in result.stderr and "Traceback" not in result.stderr
+    # The topic was not created: the same command without the bad setting needs no
+    # --existing-topic.
+    result = run_cli(*base)
+    assert result.returncode == 0, result.stderr
+    assert f"topic {topic}: 100 committed records" in result.stdout
+
+
 def test_load_writes_every_partition_of_an_existing_topic(source_cluster, unique_topic):
     topic = unique_topic("eight")
     load(source_cluster, Workload(topic, records=80, partitions=8, value_bytes=50))

@@ -220,3 +220,25 @@ def test_bench_output_paths_are_checked_before_any_broker_starts(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (f"shallowmirror bench: --report {blocker / 'report'}: "
                                      "cannot create the directory (Not a directory)")
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--topic", "bad topic!"), "--topic 'bad topic!': Kafka topic names are 1 to 249 letters, "
+                                "digits, '.', '_' or '-' (not '.' or '..')"),
+    (("--topic", "t" * 250), "Kafka topic names are 1 to 249 letters"),
+    (("--topic", "t", "--partitions", "0"), "--partitions must be at least 1, got 0"),
+    (("--topic", "t", "--keys", "-1"), "--keys must not be negative, got -1"),
+    (("--topic", "t", "--batch-bytes", "0"), "--batch-bytes must be at least 1, got 0"),
+    (("--topic", "t", "--abort-every", "3"), "--abort-every only applies with --transactional"),
+    (("--topic", "t", "--transaction-records", "5", "--abort-every", "3"),
+     "--transaction-records and --abort-every only apply with --transactional"),
+    (("--topic", "t", "--transactional", "--transaction-records", "0"),
+     "--transaction-records must be at least 1, got 0"),
+])
+def test_load_options_are_checked_in_their_own_names_before_any_broker(args, message):
+    """Nothing listens on 127.0.0.1:1: each of these is refused before it would be contacted."""
+    result = run_cli("load", "--bootstrap-servers", "127.0.0.1:1", *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("shallowmirror load: ") and message in result.stderr, \
+        result.stderr
+    assert "did not answer" not in result.stderr
