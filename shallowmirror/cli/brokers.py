@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,8 +33,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def alias_problems(aliases: list[str]) -> list[str]:
+    """The aliases land in `ALIAS.bootstrap.servers` lines for mm2.properties: refuse what
+    `shallowmirror mirror` would refuse there."""
+    from shallowmirror.mirror.config import ALIAS_RE
+
+    problems = [f"alias {a!r} may hold only letters, digits, '_' and '-' (it becomes "
+                f"{a}.bootstrap.servers in mm2.properties)" for a in aliases
+                if not ALIAS_RE.match(a)]
+    duplicates = sorted({a for a in aliases if aliases.count(a) > 1})
+    if duplicates:
+        problems.append(f"alias given twice: {', '.join(duplicates)}")
+    return problems
+
+
 def run(args: argparse.Namespace) -> int:
     from shallowmirror.testing.clusters import serve_until_signal
 
+    problems = alias_problems(args.aliases)
+    if problems:
+        print("shallowmirror brokers: " + "; ".join(problems), file=sys.stderr)
+        return 2
     flavor = "kafka" if args.kafka_home else (args.broker or "tansu")
     return serve_until_signal(args.aliases, flavor=flavor, kafka_home=args.kafka_home)

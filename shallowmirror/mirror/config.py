@@ -192,7 +192,7 @@ PRODUCER_ENGINE_KEYS = frozenset({
 })
 CLIENT_ROLES = ("consumer.", "producer.", "admin.")
 
-_ALIAS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
+ALIAS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
 _FLOW_KEY_RE = re.compile(r"^(?P<source>[^\s]+?)->(?P<target>[^\s.]+)\.(?P<key>.+)$")
 
 
@@ -502,7 +502,7 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
         problems.append("clusters: required, e.g. `clusters = A, B` with A.bootstrap.servers "
                         "and B.bootstrap.servers")
     for alias in clusters:
-        if not _ALIAS_RE.match(alias):
+        if not ALIAS_RE.match(alias):
             problems.append(f"clusters: alias {alias!r} may hold only letters, digits, '_' and "
                             "'-'")
     duplicates = sorted({a for a in clusters if clusters.count(a) > 1})

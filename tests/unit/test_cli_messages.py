@@ -242,3 +242,14 @@ def test_load_options_are_checked_in_their_own_names_before_any_broker(args, mes
     assert result.stderr.startswith("shallowmirror load: ") and message in result.stderr, \
         result.stderr
     assert "did not answer" not in result.stderr
+
+
+@pytest.mark.parametrize("aliases,message", [
+    (("A", "A"), "shallowmirror brokers: alias given twice: A"),
+    (("bad alias",), "shallowmirror brokers: alias 'bad alias' may hold only letters, digits, '_' "
+                     "and '-' (it becomes bad alias.bootstrap.servers in mm2.properties)"),
+])
+def test_brokers_refuses_aliases_mirror_would_refuse(aliases, message):
+    result = run_cli("brokers", *aliases)
+    assert result.returncode == 2 and result.stderr.strip() == message, result.stderr
+    assert "up on 127.0.0.1" not in result.stderr     # nothing was started
