@@ -65,4 +65,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"tansu: {find_tansu()}")
     except Exception as err:  # noqa: BLE001 - info must always print something useful
         print(f"tansu: unavailable ({err})")
+    try:
+        from shallowmirror.testing.kafka import find_kafka_home
+
+        print(f"kafka: {find_kafka_home()} (for brokers --broker kafka and bench mode mm2)")
+    except Exception as err:  # noqa: BLE001
+        print(f"kafka: not found: {err}")
+    try:
+        from shallowmirror.reports.spark import check_java
+
+        java = check_java()
+        print(f"java: {java.major} at {java.path} (for Spark reports)")
+    except Exception as err:  # noqa: BLE001
+        print(f"java: unavailable: {err}")
     return 0

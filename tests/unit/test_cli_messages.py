@@ -253,3 +253,14 @@ def test_brokers_refuses_aliases_mirror_would_refuse(aliases, message):
     result = run_cli("brokers", *aliases)
     assert result.returncode == 2 and result.stderr.strip() == message, result.stderr
     assert "up on 127.0.0.1" not in result.stderr     # nothing was started
+
+
+def test_info_says_what_each_optional_part_needs_and_where_it_was_found(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_HOME"}
+    result = subprocess.run([sys.executable, "-m", "shallowmirror", "info"], capture_output=True,
+                            text=True, timeout=60, env={**env, "KAFKA_HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    keys = [line.split(":", 1)[0] for line in result.stdout.splitlines()[1:]]
+    assert keys == ["codec", "tansu", "kafka", "java"], result.stdout
+    assert f"kafka: not found: {tmp_path}" in result.stdout
+    assert "java: " in result.stdout and "Traceback" not in result.stderr
