@@ -162,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"shallowmirror load: -X {item}: expected KEY=VALUE", file=sys.stderr)
             return 2
         extra[key] = value
+    # A terminal gets one progress line redrawn in place (ended before any other line); a log
+    # or a pipe a line every 5 s and one at the end.
+    tty = sys.stderr.isatty()
+    nl = "\n" if tty else ""
     problems = option_problems(args)
     if problems:
         print("shallowmirror load: " + "; ".join(problems), file=sys.stderr)
@@ -179,27 +183,34 @@ def run(args: argparse.Namespace) -> int:
             producer_config=extra,
         )
         started = time.monotonic()
+        last = [started, -1]        # time and count of the last line (not a terminal)
 
         def progress(done: int, total: int) -> None:
-            rate = done / max(time.monotonic() - started, 1e-6)
-            print(f"\rloaded {done:,}/{total:,} records ({rate:,.0f}/s)", end="", flush=True,
-                  file=sys.stderr)
+            now = time.monotonic()
+            rate = done / max(now - started, 1e-6)
+            if tty:
+                print(f"\rloaded {done:,}/{total:,} records ({rate:,.0f}/s)", end="",
+                      flush=True, file=sys.stderr)
+            elif done != last[1] and (done >= total or now - last[0] >= 5.0):
+                last[0], last[1] = now, done
+                print(f"loaded {done:,}/{total:,} records ({rate:,.0f}/s)", flush=True,
+                      file=sys.stderr)
 
         result = load(args.bootstrap_servers, workload, progress=progress)
     except KafkaException as err:      # librdkafka refused the producer's configuration
         error = err.args[0] if err.args else None
-        print(f"\nshallowmirror load: the producer configuration was refused: "
+        print(f"{nl}shallowmirror load: the producer configuration was refused: "
               f"{error.str().strip() if isinstance(error, KafkaError) else err} (from -X or "
               "--batch-bytes/--linger-ms)", file=sys.stderr)
         return 2
     except ShallowMirrorError as err:
-        print(f"\nshallowmirror load: {err}", file=sys.stderr)
+        print(f"{nl}shallowmirror load: {err}", file=sys.stderr)
         return 1
     except TimeoutError as err:  # a future of the admin client
-        print(f"\nshallowmirror load: the cluster at {args.bootstrap_servers} stopped answering "
+        print(f"{nl}shallowmirror load: the cluster at {args.bootstrap_servers} stopped answering "
               f"({err or 'timed out'})", file=sys.stderr)
         return 1
-    print(file=sys.stderr)
+    print(nl, end="", file=sys.stderr)
     ratio = f"{result.compression_ratio:.2f}x" if result.compression_ratio else "unknown"
     compressed = (f"{result.compressed_bytes:,}" if result.compressed_bytes is not None
                   else "unknown")
