@@ -148,6 +148,7 @@ def test_load_cli_with_progress(source_cluster, unique_topic):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "loaded 25,000/25,000 records" in proc.stderr
+    assert "\r" not in proc.stderr       # not a terminal: lines, not redraws
     assert f"topic {topic}: 25,000 committed records" in proc.stdout
     back = read_topic(source_cluster, topic)
     assert sum(map(len, back.values())) == 25_000

@@ -37,3 +37,34 @@ def test_summary_names_repacked_and_dropped_batches():
         "A->B orders -> A.orders: 3 partitions, 10 batches, 1,000 records, 123,456 bytes compared, "
         "2 re-packed compared record by record, 4 control/aborted/empty source batches not "
         "mirrored"]
+
+
+def _unreachable_mm2(tmp_path, *extra: str):
+    import socket
+
+    with socket.socket() as s:             # bound, never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "mm2.properties"
+    path.write_text("\n".join(["clusters = A, B", f"A.bootstrap.servers = 127.0.0.1:{port}",
+                               f"B.bootstrap.servers = 127.0.0.1:{port}", "A->B.enabled = true",
+                               *extra]) + "\n")
+    return path
+
+
+def test_verify_gives_up_on_an_unreachable_cluster_sooner_than_a_mirror(tmp_path, monkeypatch):
+    """verify's own deadline (30 s, shortened here) applies unless the config sets one."""
+    import asyncio
+
+    import pytest
+
+    from shallowmirror.errors import ConnectionFailedError
+    from shallowmirror.mirror import verify as verify_module
+    from shallowmirror.mirror.config import load_mm2
+
+    monkeypatch.setattr(verify_module, "RECONNECT_DEADLINE_MS", 300)
+    with pytest.raises(ConnectionFailedError, match=r"reconnect\.deadline\.ms=300\b"):
+        asyncio.run(verify_module.verify(load_mm2(str(_unreachable_mm2(tmp_path)))))
+    configured = _unreachable_mm2(tmp_path, "A.reconnect.deadline.ms = 600")
+    with pytest.raises(ConnectionFailedError, match=r"reconnect\.deadline\.ms=600\b"):
+        asyncio.run(verify_module.verify(load_mm2(str(configured))))
