@@ -268,7 +268,10 @@ def test_two_processes_in_one_group_with_kills_of_either(source_cluster, target_
     rng = random.Random(7)
     procs = [engine_process(source_cluster, target_cluster, [topic], settings, str(log))
              for log in logs]
-    producing = _KeepProducing(source_cluster, topic, rounds=12, records=4_000, pause_s=1.0)
+    # Production lasts until the kills are done (at most 40 rounds), however long restarts
+    # take on a loaded machine: with a fixed 12 rounds, the whole source could be mirrored before
+    # the last kill, whose wait for moving batches then waited for records that never came.
+    producing = _KeepProducing(source_cluster, topic, rounds=40, records=4_000, pause_s=1.0)
     kills = 0
     try:
         for proc in procs:
@@ -282,7 +285,7 @@ def test_two_processes_in_one_group_with_kills_of_either(source_cluster, target_
             procs[victim] = engine_process(source_cluster, target_cluster, [topic], settings,
                                            str(logs[victim]))
             _wait_ready(procs[victim])
-        producing.join()
+        producing.stop()
         _wait_committed(source_cluster, g, topic, _end_offsets(source_cluster, topic))
     finally:
         _stop_all(procs, producing)
