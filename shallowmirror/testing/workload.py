@@ -341,10 +341,14 @@ def load(
     }
     if w.transactional:
         config["transactional.id"] = f"shallowmirror-load-{w.topic}-{uuid.uuid4().hex[:8]}"
-    producer = Producer(config)     # first: a configuration librdkafka refuses makes no topic
     if w.create_topic:
+        # A configuration librdkafka refuses raises here, before there is a topic to leave
+        # behind. Not the producer that writes: made before the topic exists, its first
+        # produce attempts fail and are retried out of order (seen on Kafka 3.7).
+        Producer({k: v for k, v in config.items() if not callable(v)}).flush(0)
         create_topic(base, w)
     started = time.monotonic()
+    producer = Producer(config)
     outcomes = w.transaction_outcomes()
     aborted_flags = [False] * total  # per record, in produce order
     try:
