@@ -1,6 +1,7 @@
-"""Every file in ``examples/`` runs as a subprocess against the session's clusters (through
-``SHALLOWMIRROR_SOURCE_BOOTSTRAP``/``..._TARGET_BOOTSTRAP``, which ``examples/_clusters.py``
-prefers over starting its own brokers), succeeds, and mirrored what it says it mirrored."""
+"""Every file in ``shallowmirror/examples/`` runs as a subprocess against the session's clusters
+(through ``SHALLOWMIRROR_SOURCE_BOOTSTRAP``/``..._TARGET_BOOTSTRAP``, which the examples'
+``_clusters.py`` prefers over starting its own brokers), succeeds, and mirrored what it says it
+mirrored."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from shallowmirror.testing.topics import assert_same_records, read_topic
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "shallowmirror" / "examples"
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
 
 
@@ -68,15 +69,16 @@ CHECKS: dict[str, tuple[list[str], Callable[[str, object, object], None]]] = {
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_runs_and_mirrors_what_it_says(script, source_cluster, target_cluster):
-    assert script in CHECKS, f"examples/{script} has no check in {__file__}: add one"
+    where = f"shallowmirror/examples/{script}"
+    assert script in CHECKS, f"{where} has no check in {__file__}: add one"
     topics, check = CHECKS[script]
     existing = AdminClient(source_cluster.client_config()).list_topics(timeout=10).topics
     if any(t in existing for t in topics):
-        pytest.skip(f"examples/{script} writes fixed topic names {topics} that already exist on "
-                    "this source cluster (a reused external cluster)")
+        pytest.skip(f"{where} writes fixed topic names {topics} that already exist on this "
+                    "source cluster (a reused external cluster)")
     env = {**os.environ, embedded.SOURCE_ENV: source_cluster.bootstrap,
            embedded.TARGET_ENV: target_cluster.bootstrap}
     proc = subprocess.run([sys.executable, script], cwd=EXAMPLES, env=env, capture_output=True,
                           text=True, timeout=120)
-    assert proc.returncode == 0, f"examples/{script} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout}\n{proc.stderr}"
     check(proc.stdout, source_cluster, target_cluster)

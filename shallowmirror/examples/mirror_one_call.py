@@ -1,6 +1,6 @@
 """One call mirrors a topic, batch for batch, and returns when the target has caught up.
 
-Run: python examples/mirror_one_call.py
+Run: python shallowmirror/examples/mirror_one_call.py
 ``mirror`` creates the missing target topic (same partition count, compression.type=producer).
 """
 

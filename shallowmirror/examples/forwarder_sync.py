@@ -5,7 +5,7 @@ partition 3 carries test traffic and its batches are dropped (its offsets still 
 Each forward returns a ``concurrent.futures.Future``; an ``on_ack`` callback prints every
 acknowledgement with the target base offset.
 
-Run: python examples/forwarder_sync.py
+Run: python shallowmirror/examples/forwarder_sync.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Batches of even partitions go to "audit" (partition 0), odd ones are dropped; each forward is
 awaited for the target base offset, and a callback logs the acknowledgement.
 
-Run: python examples/forwarder_asyncio.py
+Run: python shallowmirror/examples/forwarder_asyncio.py
 """
 
 from __future__ import annotations
