@@ -291,6 +291,23 @@ def create_topic(cluster_or_config: Any, workload: Workload, timeout_s: float = 
         time.sleep(0.1)
 
 
+def _producer_config(base: Mapping[str, Any], w: Workload) -> dict[str, Any]:
+    """The workload's librdkafka producer settings (callbacks are the caller's)."""
+    return {
+        **with_log_config(base),
+        "compression.type": w.codec,
+        "linger.ms": w.linger_ms,
+        "batch.size": w.batch_bytes,
+        "batch.num.messages": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 2 * 1024 * 1024,
+        "message.max.bytes": max(1_000_000, w.batch_bytes + 65536),
+        "statistics.interval.ms": 200,
+        "enable.idempotence": w.idempotent or w.transactional,
+        **dict(w.producer_config),
+    }
+
+
 def load(
     cluster_or_config: Any,
     workload: Workload,
@@ -304,6 +321,14 @@ def load(
 
     w = workload
     base = client_config(cluster_or_config)
+    if w.create_topic:
+        # A configuration librdkafka refuses raises here, before there is a topic to leave
+        # behind. Not the producer that writes: that one is made after the topic and the plan,
+        # as it always was (made right after the topic, on Kafka 3.7 its first sends met a
+        # partition not ready yet and were retried out of order, so the delivery reports no
+        # longer matched the plan).
+        Producer(_producer_config(base, w)).flush(0)
+        create_topic(base, w)
     plan = _plan(w)
     if w.timestamp_ms is None:
         _stamp_with_clock(plan)
@@ -325,28 +350,12 @@ def load(
             offsets[msg.partition()].append(msg.offset())
 
     config = {
-        **with_log_config(base),
-        "compression.type": w.codec,
-        "linger.ms": w.linger_ms,
-        "batch.size": w.batch_bytes,
-        "batch.num.messages": 1_000_000,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 2 * 1024 * 1024,
-        "message.max.bytes": max(1_000_000, w.batch_bytes + 65536),
-        "statistics.interval.ms": 200,
+        **_producer_config(base, w),
         "stats_cb": lambda s: stats.append(json.loads(s)),
         "on_delivery": on_delivery,
-        "enable.idempotence": w.idempotent or w.transactional,
-        **dict(w.producer_config),
     }
     if w.transactional:
         config["transactional.id"] = f"shallowmirror-load-{w.topic}-{uuid.uuid4().hex[:8]}"
-    if w.create_topic:
-        # A configuration librdkafka refuses raises here, before there is a topic to leave
-        # behind. Not the producer that writes: made before the topic exists, its first
-        # produce attempts fail and are retried out of order (seen on Kafka 3.7).
-        Producer({k: v for k, v in config.items() if not callable(v)}).flush(0)
-        create_topic(base, w)
     started = time.monotonic()
     producer = Producer(config)
     outcomes = w.transaction_outcomes()
