@@ -85,6 +85,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int, host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> list[int]:
+    """``count`` distinct free ports, none in ``avoid``: each is held until all are chosen, so the
+    kernel cannot hand out one twice (two ``free_port()`` calls in a row can return the same
+    port)."""
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+        return ports
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def api_versions_ok(host: str, port: int, timeout_s: float = 1.0) -> bool:
     """True if a Kafka ApiVersions v0 request to host:port gets a well-formed answer."""
     client_id = b"shallowmirror-probe"
