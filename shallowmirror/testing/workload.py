@@ -284,11 +284,30 @@ def create_topic(cluster_or_config: Any, workload: Workload, timeout_s: float = 
         tmeta = admin.list_topics(workload.topic, timeout=timeout_s).topics.get(workload.topic)
         if (tmeta is not None and tmeta.error is None
                 and len(tmeta.partitions) >= workload.partitions
-                and all(pm.leader >= 0 for pm in tmeta.partitions.values())):
+                and all(pm.leader >= 0 for pm in tmeta.partitions.values())
+                and _partitions_answer(admin, workload.topic, workload.partitions)):
             return
         if time.monotonic() > deadline:
             raise LoadError(f"topic {workload.topic!r} has no leaders after {timeout_s:.0f}s")
         time.sleep(0.1)
+
+
+def _partitions_answer(admin: Any, topic: str, partitions: int) -> bool:
+    """Every partition answers ListOffsets on its leader. Metadata names a leader a moment
+    before that broker hosts the partition (Kafka 3.7 updates its metadata cache first): a
+    Produce sent in that moment fails, and a producer without idempotence retries it behind
+    later batches, out of order."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest()
+                                  for p in range(partitions)}, request_timeout=10)
+    try:
+        for future in futures.values():
+            future.result()
+    except KafkaException:
+        return False
+    return True
 
 
 def _producer_config(base: Mapping[str, Any], w: Workload) -> dict[str, Any]:
