@@ -152,20 +152,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _output_problem(out: str, report_dir: str | None) -> str | None:
     """Why --out or --report cannot be written, or None."""
-    try:
-        with open(out, "a"):
-            pass
-    except OSError as err:
-        return f"--out {out}: cannot write to it ({err.strerror or err})"
-    if report_dir:
-        from shallowmirror.errors import ShallowMirrorError
-        from shallowmirror.reports.report import writable_dir
+    from shallowmirror.output_paths import dir_problem, file_problem
 
-        try:
-            writable_dir(report_dir, "--report")
-        except ShallowMirrorError as err:
-            return str(err)
-    return None
+    return file_problem(out, "--out") or (dir_problem(report_dir, "--report") if report_dir
+                                          else None)
 
 
 def _maybe_report(results: str, out_dir: str) -> None:

@@ -35,6 +35,7 @@ from shallowmirror.mirror.status import (
     cpu_seconds,
     summarize,
 )
+from shallowmirror.output_paths import file_problem
 
 log = logging.getLogger(__name__)
 status_log = logging.getLogger("shallowmirror.status")
@@ -104,31 +105,21 @@ class MirrorProcess:
             from shallowmirror.engine import JsonLinesMetricsSink
         from shallowmirror.errors import ConfigError
 
-        try:
-            if not Path(self.metrics_file).parent.exists():
-                Path(self.metrics_file).parent.mkdir(parents=True)
-            self.observer.inner = JsonLinesMetricsSink(self.metrics_file)
-        except OSError as err:
-            raise ConfigError(f"metrics.file {self.metrics_file}: cannot write to it "
-                              f"({err.strerror or err})") from err
+        problem = file_problem(self.metrics_file, "metrics.file", make_parent=True)
+        if problem:
+            raise ConfigError(problem)
+        self.observer.inner = JsonLinesMetricsSink(self.metrics_file)
         log.info("metrics events appended to %s", self.metrics_file)
 
     def _check_summary_path(self) -> None:
         """--summary-json is written at exit: find out now, not after the run, that it cannot
         be (the file is created empty here)."""
         path = self.options.summary_json
-        if not path:
-            return
-        from shallowmirror.errors import ConfigError
+        problem = path and file_problem(path, "--summary-json", make_parent=True)
+        if problem:
+            from shallowmirror.errors import ConfigError
 
-        try:
-            if not Path(path).parent.exists():
-                Path(path).parent.mkdir(parents=True)
-            with open(path, "a"):
-                pass
-        except OSError as err:
-            raise ConfigError(f"--summary-json {path}: cannot write to it "
-                              f"({err.strerror or err})") from err
+            raise ConfigError(problem)
 
     # -- loops -----------------------------------------------------------------------------------
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.output_paths import dir_problem
 from shallowmirror.reports.html import ReportData, ReportFiles, Row, write_report
 
 if TYPE_CHECKING:
@@ -167,7 +167,10 @@ def run_report(
     if window_s <= 0:
         raise ShallowMirrorError(f"--window-s must be positive, got {window_s}")
     files = find_inputs(inputs)
-    out_dir = writable_dir(out_dir)       # before Spark: a bad --out costs no JVM start
+    problem = dir_problem(out_dir, "--out")     # before Spark: a bad --out costs no JVM start
+    if problem:
+        raise ShallowMirrorError(problem)
+    out_dir = Path(out_dir)
     own_session = spark is None
     if spark is None:
         from shallowmirror.reports.spark import spark_session, stop_session
@@ -191,16 +194,3 @@ def run_report(
         raise ShallowMirrorError(f"--out {out_dir}: cannot write the report "
                                  f"({err.strerror or err})") from err
 
-
-def writable_dir(out_dir: str | Path, option: str = "--out") -> Path:
-    """``out_dir``, created if needed; a ShallowMirrorError naming it (as ``option``) if it
-    cannot be."""
-    path = Path(out_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ShallowMirrorError(f"{option} {out_dir}: cannot create the directory "
-                                 f"({err.strerror or err})") from err
-    if not os.access(path, os.W_OK):
-        raise ShallowMirrorError(f"{option} {out_dir}: the directory is not writable")
-    return path
