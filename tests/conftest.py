@@ -151,7 +151,7 @@ def unique_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every broker this session started must be gone: fail loudly (and clean up) if not."""
     test_clusters.stop_all()  # what a test started and forgot; the pid check below still applies
-    leftovers = [pid for pid in _STARTED_PIDS if _alive(pid)]
+    leftovers = [pid for pid in _STARTED_PIDS if not embedded.pid_gone(pid)]
     me = psutil.Process()
     leftovers += [child.pid for child in me.children(recursive=True)
                   if _is_broker(child) and child.pid not in leftovers]
@@ -166,13 +166,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reporter is not None:
         reporter.write_line(message, red=True, bold=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _is_broker(process: psutil.Process) -> bool:

@@ -19,11 +19,13 @@ from shallowmirror.engine.budget import ByteBudget
 from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.supervisor import Supervisor
 from shallowmirror.net import AuthenticationFailedError
+from shallowmirror.net.cluster import RETRY_WARNING_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
-#: A cluster that stays unreachable is logged at most this often.
-UNREACHABLE_LOG_INTERVAL_S = 10.0
+#: A cluster that stays unreachable is logged at most this often: the pace of the connection
+#: layer's own retry warnings, so every "cannot reach" line of a run keeps one rhythm.
+UNREACHABLE_LOG_INTERVAL_S = RETRY_WARNING_INTERVAL_S
 
 
 class Signal:

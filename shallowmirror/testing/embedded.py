@@ -80,9 +80,7 @@ def find_tansu(override: str | os.PathLike | None = None) -> Path:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the caller still checks the broker came up)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    return free_ports(1, host)[0]
 
 
 def free_ports(count: int, host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> list[int]:
@@ -103,6 +101,16 @@ def free_ports(count: int, host: str = "127.0.0.1", avoid: tuple[int, ...] = ())
     finally:
         for sock in socks:
             sock.close()
+
+
+def pid_gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for its parent counts as gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def api_versions_ok(host: str, port: int, timeout_s: float = 1.0) -> bool:

@@ -308,11 +308,11 @@ def prepare_kafka_cluster(
     parent.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{alias}-", dir=parent))
     # Distinct ports: two listeners of the broker on one port make kafka-storage.sh refuse it.
-    chosen = free_ports(1 + bool(sasl_users) + (port is None), avoid=(port,) if port else ())
+    controller_port, client_port, sasl_port = free_ports(3, avoid=(port,) if port else ())
     cluster = KafkaCluster(
-        alias=alias, port=port or chosen[-1], controller_port=chosen[0],
+        alias=alias, port=port or client_port, controller_port=controller_port,
         cluster_id=_random_cluster_id(), kafka_home=home, work_dir=work_dir,
-        sasl_port=chosen[1] if sasl_users else None, sasl_users=dict(sasl_users or {}),
+        sasl_port=sasl_port if sasl_users else None, sasl_users=dict(sasl_users or {}),
         settings={k: str(v) for k, v in (overrides or {}).items()},
     )
     (work_dir / "server.properties").write_text(_server_properties(cluster))

@@ -8,6 +8,8 @@ at once), `brokers` output that pastes into mm2.properties, and `load` against e
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import time
@@ -16,7 +18,7 @@ import uuid
 import pytest
 from test_mirror_cli import Background, command, mm2_properties, run_cli
 
-from shallowmirror.testing.embedded import free_port
+from shallowmirror.testing.embedded import free_port, pid_gone
 from shallowmirror.testing.topics import read_topic
 from shallowmirror.testing.workload import Workload, load
 
@@ -363,11 +365,6 @@ def test_bench_progress_bar_ends_on_the_tables_figure(source_cluster, target_clu
 def test_sigterm_stops_a_bench_as_ctrl_c_does(tmp_path):
     """`kill` or `timeout` on a command without its own graceful stop: the brokers it started are
     stopped, their temporary directories removed, exit 143 with one line, no traceback."""
-    import os
-    import re
-
-    import psutil
-
     log_path = tmp_path / "bench.log"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -395,6 +392,5 @@ def test_sigterm_stops_a_bench_as_ctrl_c_does(tmp_path):
     pids = [int(p) for p in re.findall(r"\(pid (\d+), id shallowmirror-bench-", log)]
     assert len(pids) == 2, log[:3000]
     for pid in pids:
-        assert not psutil.pid_exists(pid) or \
-            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"broker pid {pid} still runs"
+        assert pid_gone(pid), f"broker pid {pid} still runs"
     assert not list(scratch.glob("shallowmirror-brokers-*")), list(scratch.iterdir())

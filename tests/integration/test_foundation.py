@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from shallowmirror.testing import embedded
-from shallowmirror.testing.embedded import BrokerStartError, start_cluster
+from shallowmirror.testing.embedded import BrokerStartError, pid_gone, start_cluster
 from shallowmirror.testing.topics import (
     TIMESTAMP_LOG_APPEND_TIME,
     assert_matches_load,
@@ -27,13 +27,6 @@ from shallowmirror.testing.topics import (
 from shallowmirror.testing.workload import CODECS, Workload, load
 
 pytestmark = pytest.mark.integration
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_two_clusters_are_up_at_once_and_distinct(source_cluster, target_cluster):
@@ -165,7 +158,7 @@ def test_a_port_clash_gives_a_clear_error(broker_log_dir):
             start_cluster("clash", port=port, log_dir=broker_log_dir)
     assert "exited with status" in str(info.value)
     assert set(embedded._LIVE) == before, "the failed broker is still tracked as live"
-    assert all(not _gone(pid) for pid in before)
+    assert all(not pid_gone(pid) for pid in before)
 
 
 @pytest.mark.harness_tansu
@@ -196,13 +189,13 @@ def test_a_missing_binary_gives_a_clear_error(tmp_path, monkeypatch):
 def test_stopped_brokers_are_gone_by_pid(broker_log_dir):
     with embedded.embedded_clusters("a", "b", log_dir=broker_log_dir) as pair:
         pids = [c.pid for c in pair]
-        assert all(not _gone(pid) for pid in pids)
-    assert all(_gone(pid) for pid in pids)
+        assert all(not pid_gone(pid) for pid in pids)
+    assert all(pid_gone(pid) for pid in pids)
     # Also when the body raises.
     with pytest.raises(RuntimeError), embedded.embedded_clusters("c", log_dir=broker_log_dir) as one:
         pid = one[0].pid
         raise RuntimeError("boom")
-    assert _gone(pid)
+    assert pid_gone(pid)
 
 
 @pytest.mark.harness_tansu
@@ -239,14 +232,14 @@ def test_brokers_die_with_their_owner(broker_log_dir):
     owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         pid = int(owner.stdout.readline())
-        assert not _gone(pid)
+        assert not pid_gone(pid)
     finally:
         owner.kill()
         owner.wait(10)
     deadline = time.monotonic() + 10
-    while not _gone(pid) and time.monotonic() < deadline:
+    while not pid_gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(pid)
+    assert pid_gone(pid)
 
 
 def test_session_brokers_are_children_of_this_process(clusters):
@@ -281,7 +274,7 @@ def test_demo_runs_and_stops_its_brokers(tmp_path):
     assert "ratio" in out
     assert out.count("identical") == len(CODECS) or "mirroring skipped" in out
     pids = _demo_broker_pids(out)
-    assert len(pids) == 2 and all(_gone(pid) for pid in pids)
+    assert len(pids) == 2 and all(pid_gone(pid) for pid in pids)
     assert list(tmp_path.iterdir()) == [], "the demo left files in the temporary directory"
 
 
@@ -299,4 +292,4 @@ def test_demo_stops_its_brokers_on_ctrl_c():
             proc.kill()
             proc.wait(10)
     assert proc.returncode == 130
-    assert all(_gone(pid) for pid in pids)
+    assert all(pid_gone(pid) for pid in pids)

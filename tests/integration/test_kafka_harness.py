@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from shallowmirror.testing import kafka
-from shallowmirror.testing.embedded import BrokerStartError
+from shallowmirror.testing.embedded import BrokerStartError, pid_gone
 from shallowmirror.testing.topics import read_topic
 
 # In the Apache Kafka run of `make test` only: run 1 (tansu) would start the same JVMs again.
@@ -33,18 +33,11 @@ def _kafka_home() -> str:
         pytest.skip(f"no Apache Kafka distribution here: {err}")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def _wait_gone(pid: int, timeout_s: float = 30) -> bool:
     deadline = time.monotonic() + timeout_s
-    while not _gone(pid) and time.monotonic() < deadline:
+    while not pid_gone(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return _gone(pid)
+    return pid_gone(pid)
 
 
 def test_a_missing_distribution_is_named(tmp_path, monkeypatch):
@@ -64,7 +57,7 @@ def test_two_clusters_distinct_stopped_by_pid_and_data_removed(broker_log_dir):
         pids = [c.pid for c in pair]
         dirs = [c.work_dir for c in pair]
         assert all("kafka.Kafka" in psutil.Process(pid).cmdline() for pid in pids)
-    assert all(_gone(pid) for pid in pids)
+    assert all(pid_gone(pid) for pid in pids)
     assert not any(d.exists() for d in dirs)
 
 
@@ -93,7 +86,7 @@ def test_restart_keeps_the_data(broker_log_dir, unique_topic):
         assert producer.flush(30) == 0
         old_pid = cluster.pid
         cluster.restart()
-        assert cluster.pid != old_pid and _gone(old_pid)
+        assert cluster.pid != old_pid and pid_gone(old_pid)
         values = [r.value for r in read_topic(cluster, topic)[0]]
         assert values == [b"v%d" % i for i in range(10)]
 
@@ -108,7 +101,7 @@ def test_a_kafka_broker_dies_with_its_owner(broker_log_dir):
     try:
         line = owner.stdout.readline()
         pid = int(line)
-        assert not _gone(pid)
+        assert not pid_gone(pid)
     finally:
         owner.kill()
         owner.wait(10)

@@ -40,11 +40,9 @@ def test_summary_names_repacked_and_dropped_batches():
 
 
 def _unreachable_mm2(tmp_path, *extra: str):
-    import socket
+    from shallowmirror.testing.embedded import free_port
 
-    with socket.socket() as s:             # bound, never listening: connections are refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()                     # nothing listens there: connections are refused
     path = tmp_path / "mm2.properties"
     path.write_text("\n".join(["clusters = A, B", f"A.bootstrap.servers = 127.0.0.1:{port}",
                                f"B.bootstrap.servers = 127.0.0.1:{port}", "A->B.enabled = true",
