@@ -58,3 +58,6 @@ def filter_batches(batches: Sequence[BatchView], *, fetch_offset: int,
 def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epoch: int = -1,
                         base_sequence: int = -1, transactional: bool = False,
                         clear_log_append_time: bool = False) -> tuple[bytes, memoryview]: ...
+
+def updated_crc(old_crc: int, old_covered_head: BufferLike, new_covered_head: BufferLike,
+                tail_bytes: int) -> int: ...

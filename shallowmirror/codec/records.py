@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from crc32c import crc32c
 
 from shallowmirror.codec import layout as L
+from shallowmirror.codec.crc_update import updated_crc
 from shallowmirror.errors import CorruptDataError, CrcMismatchError, UnsupportedFormatError, Where
 
 __all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce"]
@@ -417,9 +418,12 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
     rest = whole[start + L.HEADER_SIZE:start + batch.size]
     if (attributes != batch.attributes or producer_id != batch.producer_id
             or producer_epoch != batch.producer_epoch or base_sequence != batch.base_sequence):
+        covered = bytes(header[L.ATTRIBUTES_OFFSET:])
         _INT16.pack_into(header, L.ATTRIBUTES_OFFSET, attributes)
         _PRODUCER_FIELDS.pack_into(header, L.PRODUCER_ID_OFFSET, producer_id, producer_epoch,
                                    base_sequence)
-        crc = crc32c(rest, crc32c(memoryview(header)[L.ATTRIBUTES_OFFSET:]))
+        # The CRC is updated from the header's change alone (crc_update): the records are not
+        # read again, and a batch that arrived with a wrong CRC keeps a wrong one.
+        crc = updated_crc(batch.crc, covered, bytes(header[L.ATTRIBUTES_OFFSET:]), len(rest))
         _UINT32.pack_into(header, L.CRC_OFFSET, crc)
     return bytes(header), rest

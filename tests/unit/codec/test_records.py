@@ -486,6 +486,29 @@ def test_rewrite_log_append_time(impl, clear):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_rewrite_keeps_a_damaged_batch_detectably_damaged(impl, codec):
+    """The stamp's CRC is updated from the header's change, not recomputed over the records: a
+    batch damaged before it was fetched (read with crc.check off) must not leave with a fresh,
+    valid CRC over the damaged bytes, where the target would store it as good."""
+    source = bytearray(build_batch(codec, 5, base_offset=40))
+    source[-3] ^= 0x10                                         # one flipped bit in the records
+    view = impl.split_batches(bytes(source), verify_crc=False).batches[0]
+    header, rest = impl.rewrite_for_produce(view, producer_id=9, producer_epoch=1,
+                                            base_sequence=0)
+    stamped = struct.unpack_from(">I", header, L.CRC_OFFSET)[0]
+    assert stamped != crc32c(bytes(rest), crc32c(header[L.ATTRIBUTES_OFFSET:]))
+    # Undo the damage: the same stamp is then exactly right.
+    source[-3] ^= 0x10
+    good = impl.split_batches(bytes(source)).batches[0]
+    good_header, good_rest = impl.rewrite_for_produce(good, producer_id=9, producer_epoch=1,
+                                                      base_sequence=0)
+    assert struct.unpack_from(">I", good_header, L.CRC_OFFSET)[0] == crc32c(
+        bytes(good_rest), crc32c(good_header[L.ATTRIBUTES_OFFSET:]))
+    assert good_header[L.ATTRIBUTES_OFFSET:] == header[L.ATTRIBUTES_OFFSET:]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_rewrite_same_producer_fields_keep_crc(impl):
     source = build_batch("snappy", 3, producer_id=11, producer_epoch=2, base_sequence=30)
     view = impl.split_batches(source).batches[0]
