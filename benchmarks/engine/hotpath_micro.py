@@ -196,12 +196,15 @@ async def run_once(frames: list[bytes], per_round: int, end: int) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
-    try:        # the mirror entry points' GC settings, where the measured tree has them
-        from shallowmirror.engine.gc_tuning import tune_for_mirroring
+    try:        # the mirror entry points' process settings, where the measured tree has them
+        from shallowmirror.engine.process_tuning import tune_for_mirroring
     except ImportError:
-        pass
-    else:
-        tune_for_mirroring()
+        try:    # older trees: the GC part only
+            from shallowmirror.engine.gc_tuning import tune_for_mirroring
+        except ImportError:
+            def tune_for_mirroring() -> None:
+                return None
+    tune_for_mirroring()
     batch, count = template_batch(args.batch_bytes)
     per_fetch = max(1, (1 << 20) // len(batch))
     rounds = max(1, args.batches // (per_fetch * PARTITIONS))

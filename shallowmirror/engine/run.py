@@ -16,7 +16,7 @@ import signal
 import sys
 
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper, prefix_mapper
-from shallowmirror.engine.gc_tuning import tune_for_mirroring
+from shallowmirror.engine.process_tuning import tune_for_mirroring
 
 
 def main(argv: list[str] | None = None) -> int:

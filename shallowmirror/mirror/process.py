@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shallowmirror.engine.gc_tuning import tune_for_mirroring
+from shallowmirror.engine.process_tuning import tune_for_mirroring
 from shallowmirror.mirror.config import MirrorConfig
 from shallowmirror.mirror.flows import FlowFailedError, FlowRunner
 from shallowmirror.mirror.stats import FlowStats
