@@ -47,15 +47,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 TP = tuple[str, int]
 
 
-@dataclass(frozen=True)
-class Sync:
+class Sync(NamedTuple):
     """Source offset ``upstream`` is (or, for an end sync, will be) target offset
-    ``downstream``."""
+    ``downstream``. A tuple: an end sync is made per acknowledged batch."""
 
     upstream: int
     downstream: int
@@ -104,6 +103,15 @@ class PartitionSyncs:
         batch was re-packed (compacted: not every offset holds a record). Returns the new
         anchors (what the offset-syncs topic must receive)."""
         assert source_next > source_base, f"empty batch {source_base}..{source_next}"
+        ups = self._ups
+        if (record_offsets is None and ups and source_base > ups[-1]
+                and self._downs[-1] + (source_base - ups[-1]) == target_base
+                and (self.end is None or self.end.upstream >= source_base
+                     or self.end.downstream == target_base)):
+            # The usual batch continues the current run: no anchor, only a new end (what the
+            # general rule below decides for it, without its per-record loop).
+            self.end = Sync(source_next, target_base + (source_next - source_base))
+            return []
         offsets: Sequence[int] = record_offsets if record_offsets is not None else (source_base,)
         added: list[Sync] = []
         end = self.end
@@ -177,7 +185,10 @@ class SyncTable:
         self.partitions: dict[TP, PartitionSyncs] = {}
 
     def partition(self, topic: str, partition: int) -> PartitionSyncs:
-        return self.partitions.setdefault((topic, partition), PartitionSyncs())
+        syncs = self.partitions.get((topic, partition))
+        if syncs is None:
+            syncs = self.partitions[(topic, partition)] = PartitionSyncs()
+        return syncs
 
     def get(self, topic: str, partition: int) -> PartitionSyncs | None:
         return self.partitions.get((topic, partition))
