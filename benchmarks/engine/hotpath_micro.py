@@ -191,7 +191,9 @@ async def run_once(frames: list[bytes], per_round: int, end: int) -> dict:
     engine.runtime.stopping = True
     engine.sinks.stop()
     await engine.supervisor.cancel_all()
-    return {"cpu_s": cpu, "wall_s": wall, "batches": sum(sp.batches for sp in sps),
+    requests = sum(sink.requests_sent for sink in engine.sinks.by_node.values())
+    return {"cpu_s": cpu, "wall_s": wall, "requests": requests,
+            "batches": sum(sp.batches for sp in sps),
             "bytes": sum(sp.bytes for sp in sps)}
 
 
@@ -241,9 +243,12 @@ def main() -> int:
                 text=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             results[name].append(r)
+            per_request = (f", {r['batches'] / r['requests']:.1f} batches per request"
+                           if r.get("requests") else "")
             print(f"{name:4} {r['batches']:6} batches of {r['batch_bytes']} B: "
                   f"{r['cpu_s'] / r['batches'] * 1e6:6.2f} us/batch, "
-                  f"{r['cpu_s'] / (r['bytes'] / 1e9):5.2f} CPU s/GB, wall {r['wall_s']:.2f}s",
+                  f"{r['cpu_s'] / (r['bytes'] / 1e9):5.2f} CPU s/GB, wall {r['wall_s']:.2f}s"
+                  f"{per_request}",
                   flush=True)
     for name, runs in results.items():
         per = statistics.median(r["cpu_s"] / r["batches"] * 1e6 for r in runs)

@@ -39,6 +39,7 @@ rewrite_for_produce = _records.rewrite_for_produce
 decode_fetch_response = _messages.decode_fetch_response
 encode_produce_request = _messages.encode_produce_request
 decode_produce_response = _messages.decode_produce_response
+receive_buffer = _messages.receive_buffer
 
 __all__ = [
     "IMPLEMENTATION",
@@ -48,4 +49,5 @@ __all__ = [
     "decode_fetch_response",
     "encode_produce_request",
     "decode_produce_response",
+    "receive_buffer",
 ]

@@ -170,3 +170,8 @@ class Codec(Protocol):
 
     def decode_produce_response(self, frame: BufferLike, version: int) -> ProduceResponse:
         """Decode a Produce response frame (after the size prefix) for versions 3..9."""
+
+    def receive_buffer(self, size: int) -> bytearray:
+        """A bytearray of ``size`` bytes to receive one response frame into. Its contents are
+        unspecified (native: not zeroed; the frame is written over all of it before anyone reads
+        it), so a multi-megabyte Fetch response costs no memset. ValueError if size < 0."""

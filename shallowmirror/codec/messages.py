@@ -63,6 +63,7 @@ Produce response v3..v9
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 
@@ -378,6 +379,15 @@ def decode_fetch_response(frame, version: int) -> FetchResponse:
     r.tagged_fields("response tagged fields")
     r.finish()
     return FetchResponse(correlation_id, throttle_time_ms, error_code, session_id, topics)
+
+
+def receive_buffer(size: int) -> bytearray:
+    """A bytearray of ``size`` bytes for one response frame (contract: contents unspecified;
+    here zeroed, as Python can only make it)."""
+    size = operator.index(size)
+    if size < 0:
+        raise ValueError(f"receive buffer size must be >= 0, got {size}")
+    return bytearray(size)
 
 
 def decode_produce_response(frame, version: int) -> ProduceResponse:

@@ -142,7 +142,9 @@ ENGINE_SETTINGS = SettingsTable(
                 "costs nothing per fetch (thousands of partitions). Brokers without sessions "
                 "(tansu) are fetched in full automatically."),
         Setting("crc.check", "bool", True, "Verify every source batch's CRC-32C before "
-                "forwarding it."),
+                "forwarding it (a bad one stops its partition, naming the offset). Off: a "
+                "damaged batch still keeps a wrong CRC on its way (the stamp updates the CRC "
+                "from the header's change, never over the records), so the target refuses it."),
         Setting("metrics.file", "str", None, "JSON-lines metrics file (flow + process "
                 "records); none when empty."),
         Setting("metrics.interval.ms", "int", 1000,

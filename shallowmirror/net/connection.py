@@ -55,6 +55,7 @@ from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from shallowmirror import codec
 from shallowmirror._version import __version__
 from shallowmirror.errors import (
     BrokerError,
@@ -197,7 +198,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 continue
             if size >= _LARGE_FRAME_BYTES:
                 # Receive the rest straight into the frame's own buffer.
-                self._frame = bytearray(size)
+                self._frame = codec.receive_buffer(size)    # not zeroed: received over
                 self._frame_view = memoryview(self._frame)
                 self._frame_view[:available] = view[start + 4:end]
                 self._frame_filled = available
@@ -322,6 +323,9 @@ def _sendmsg_all(sock: socket.socket, buffers: Sequence[BufferLike]) -> list[Buf
             sent = sock.sendmsg(chunk)
         except (BlockingIOError, InterruptedError):
             break
+        if sent == sum(map(len, chunk)):      # the usual case: all of it, no walk
+            index += len(chunk)
+            continue
         # Skip the buffers sent whole, then cut into the one sent in part.
         for piece in chunk:
             size = len(piece)

@@ -315,3 +315,18 @@ def test_produce_response_every_truncation_is_corrupt_data(impl, version):
 
 def test_join_request(impl):
     assert impl.join_request([b"ab", bytearray(b"c"), memoryview(b"de")]) == b"abcde"
+
+
+def test_receive_buffer(impl):
+    """A frame is received over the whole buffer: its size is exact, it is writable in place, and
+    a size no frame can have is refused like any other bad argument."""
+    buf = impl.receive_buffer(3 << 20)
+    assert type(buf) is bytearray and len(buf) == 3 << 20
+    view = memoryview(buf)
+    view[-4:] = b"tail"
+    assert bytes(buf[-4:]) == b"tail"
+    assert impl.receive_buffer(0) == bytearray()
+    with pytest.raises(ValueError, match=">= 0"):
+        impl.receive_buffer(-1)
+    with pytest.raises(TypeError):
+        impl.receive_buffer(1.5)
