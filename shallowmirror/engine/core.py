@@ -110,6 +110,9 @@ class EngineCore:
         self.sources = Sources(self.runtime, self.partitions, router, alias=source_alias)
         self.duplicates_unknown_offset = 0
         self._fatal: BaseException | None = None
+        #: Set with ``_fatal``: what ``run`` waits on (not the progress signal, which is notified
+        #: a few times per Produce request: a waiter there was a task woken for each).
+        self._failed = asyncio.Event()
         self.metrics = EngineMetrics(self.settings, metrics_sink, flow=self.flow,
                                      source_alias=source_alias, target_alias=target_alias,
                                      budget=self.budget)
@@ -169,8 +172,7 @@ class EngineCore:
             self.ready = True
             self.runtime.progress.notify()
             stopped = asyncio.ensure_future(stop.wait())
-            failed = asyncio.ensure_future(
-                self.runtime.progress.wait_until(lambda: self._fatal is not None))
+            failed = asyncio.ensure_future(self._failed.wait())
             await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             failed.cancel()
@@ -189,6 +191,7 @@ class EngineCore:
         """End ``run`` with ``err`` (the first fatal error wins; callable from any thread)."""
         if self._fatal is None:
             self._fatal = err
+            self.runtime.wake_soon(self._failed)
             self.runtime.wake_soon(self.runtime.progress)
 
     async def _shutdown(self) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import operator
 from collections import deque
@@ -141,8 +142,9 @@ class Sink:
         self.requests_sent = 0
         #: A request's task waits for the connection (nothing more is planned meanwhile).
         self.connecting = False
-        #: Fast-path requests in flight: response future -> (picks, Produce version).
-        self.waiting: dict[asyncio.Future, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
+        #: Fast-path requests in flight: token -> (picks, Produce version).
+        self.waiting: dict[int, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
+        self._tokens = 0
 
     # ---- queueing ----
     def enqueue(self, batch: FetchedBatch, ttp: TTP | None = None) -> None:
@@ -215,13 +217,26 @@ class Sink:
 
     # ---- the loop ----
     async def run(self) -> None:
-        """The produce loop (supervised by the engine: an error escaping it is not swallowed)."""
-        loop = asyncio.get_running_loop()
+        """The produce loop (supervised by the engine: an error escaping it is not swallowed):
+        write what may go now (``_pump``), then sleep until woken or a backoff ends."""
         while not self.owner.stopped:
-            if self.requests_in_flight >= self.max_requests or self.connecting:
-                self.wake.clear()
+            timeout = self._pump()
+            self.wake.clear()
+            if timeout is None:
                 await self.wake.wait()
                 continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout)
+
+    def _pump(self) -> float | None:
+        """Plan and write requests until none may go now. Returns the seconds until a blocked
+        partition's backoff ends, or None when only a wake-up can bring more work (a batch
+        queued, the connection opened, the producer identity reset). Synchronous: a response's
+        callback runs it too (``_on_answer``), so the next request leaves on the loop turn that
+        read the answer, without a turn to wake this loop's task."""
+        while not self.owner.stopped:
+            if self.requests_in_flight >= self.max_requests or self.connecting:
+                return None
             plan: Plan = plan_request(
                 self.queues, self.rotation.next_order(), size_of=_size_of, topic_of=_topic_of,
                 can_send=self._can_send, max_request_bytes=self.max_request_bytes)
@@ -229,13 +244,11 @@ class Sink:
                 self.partitions[ttp].queue.popleft()
                 self.owner.batch_too_large(batch, self.max_request_bytes)
             if not plan.picks:
-                self.wake.clear()
                 blocked = [tq.blocked_until for tq in self.partitions.values()
                            if tq.blocked_until and tq.queue]
-                timeout = max(0.0, min(blocked) - loop.time()) if blocked else None
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout)
-                continue
+                if not blocked:
+                    return None
+                return max(0.0, min(blocked) - asyncio.get_running_loop().time())
             picks = plan.picks
             stamp = self.owner.stamp
             partitions = self.partitions
@@ -257,6 +270,7 @@ class Sink:
             self.owner.runtime.supervisor.spawn(
                 self._send(picks), what=lambda picks=picks: self._describe(picks),
                 where=lambda picks=picks: self._where(picks))
+        return None
 
     def _describe(self, picks: list[tuple[TTP, FetchedBatch]]) -> str:
         return (f"produce request to target broker {self.node_id} "
@@ -265,10 +279,9 @@ class Sink:
     def _where(self, picks: list[tuple[TTP, FetchedBatch]]) -> Where:
         return where_of(self.owner.alias, (ttp for ttp, _ in picks))
 
-    def _write(self, conn: BrokerConnection,
-               picks: list[tuple[TTP, FetchedBatch]]) -> tuple[int, asyncio.Future]:
-        """Encode the request for ``picks`` and write it on ``conn``: (Produce version, future
-        of the response frame). Raises ``ConnectionFailedError`` if the connection is gone."""
+    def _encode(self, conn: BrokerConnection,
+                picks: list[tuple[TTP, FetchedBatch]]) -> tuple[int, int, list]:
+        """(Produce version, correlation id, request buffers) for ``picks`` on ``conn``."""
         version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
         topics: dict[str, list] = {}
         for (topic, partition), batch in picks:
@@ -280,38 +293,46 @@ class Sink:
             timeout_ms=self.timeout_ms, topics=list(topics.items()),
             allow_multiple_batches=self.allow_multiple)
         self.requests_sent += 1
-        return version, conn.send_nowait(buffers, cid)
+        return version, cid, buffers
 
-    # ---- fast path: an open connection, the response applied in a done callback ----
+    # ---- fast path: an open connection, the response applied by the connection's callback ----
     def _send_now(self, conn: BrokerConnection, picks: list[tuple[TTP, FetchedBatch]]) -> None:
-        """Write the request now and leave the response to ``_on_response``: no task."""
+        """Write the request now and leave the response to ``_on_answer``: no task, no future."""
+        self._tokens += 1
+        token = self._tokens
         try:
-            version, future = self._write(conn, picks)
+            version, cid, buffers = self._encode(conn, picks)
+            conn.send_with_callback(buffers, cid, functools.partial(self._on_answer, token))
         except Exception as err:         # the connection broke under the write, or a bug
             self._settle_outside_task(picks, 0, None, err)
             return
-        self.waiting[future] = (picks, version)
-        future.add_done_callback(self._on_response)
+        self.waiting[token] = (picks, version)
 
-    def _on_response(self, future: asyncio.Future) -> None:
-        """A fast-path request was answered or failed. Runs as a done callback: whatever it
-        raises goes to the supervisor (asyncio would only log it)."""
-        sent = self.waiting.pop(future, None)
+    def _on_answer(self, token: int, frame: memoryview | None,
+                   error: BaseException | None) -> None:
+        """A fast-path request was answered (``frame``) or failed (``error``), called by the
+        connection; whatever it raises goes to the supervisor (nothing would carry it). Then
+        writes what may go now, on this same loop turn; the loop's task is woken only for what
+        ``_pump`` leaves to it (a backoff to wait out, the engine stopping)."""
+        sent = self.waiting.pop(token, None)
         if sent is None:                 # abandoned at shutdown (``abandon_requests``)
             return
         picks, version = sent
-        if future.cancelled():
-            self._abandon(picks)
-            return
-        error = future.exception()
-        self._settle_outside_task(picks, version,
-                                  None if error is not None else future.result(), error)
+        self._settle_outside_task(picks, version, frame, error, wake=False)
+        try:
+            if self.owner.stopped or self._pump() is not None:
+                self.wake.set()
+        except Exception as err:
+            self.owner.runtime.supervisor.work_failed(
+                err, what=f"produce loop to target broker {self.node_id}",
+                where=Where(cluster=self.owner.alias))
 
     def _settle_outside_task(self, picks: list[tuple[TTP, FetchedBatch]], version: int,
-                             frame: memoryview | None, error: BaseException | None) -> None:
+                             frame: memoryview | None, error: BaseException | None, *,
+                             wake: bool = True) -> None:
         """``_settle`` where no task would carry what it raises to the supervisor."""
         try:
-            self._settle(picks, version, frame, error)
+            self._settle(picks, version, frame, error, wake=wake)
         except Exception as err:
             self.owner.runtime.supervisor.work_failed(
                 err, what=self._describe(picks), where=self._where(picks))
@@ -321,8 +342,7 @@ class Sink:
         the supervisor's ``cancel_all`` makes the slow path's tasks (their answers, if any come,
         are dropped: no acknowledgement after the final commit was taken, no resend warning)."""
         waiting, self.waiting = self.waiting, {}
-        for future, (picks, _version) in waiting.items():
-            future.cancel()
+        for picks, _version in waiting.values():
             self._abandon(picks)
 
     # ---- slow path: a task that first waits for the connection ----
@@ -331,7 +351,8 @@ class Sink:
         try:
             try:
                 conn = await self.owner.connection(self.node_id, self.lane)
-                version, future = self._write(conn, picks)
+                version, cid, buffers = self._encode(conn, picks)
+                future = conn.send_nowait(buffers, cid)
             finally:
                 self.connecting = False
                 self.wake.set()
@@ -350,16 +371,19 @@ class Sink:
             self.partitions[ttp].in_flight -= 1
         self._request_ended()
 
-    def _request_ended(self) -> None:
+    def _request_ended(self, wake: bool = True) -> None:
         self.requests_in_flight -= 1
-        self.wake.set()
+        if wake:
+            self.wake.set()
         self.owner.runtime.progress.notify()
 
     def _settle(self, picks: list[tuple[TTP, FetchedBatch]], version: int,
-                frame: memoryview | None, error: BaseException | None) -> None:
+                frame: memoryview | None, error: BaseException | None, *,
+                wake: bool = True) -> None:
         """Apply the outcome of one Produce request - its response ``frame`` or the ``error``
         that ended it - to its ``picks``. A lost connection or a transient error resends them;
-        any other error fails them and is raised (for the supervisor: it fails the engine)."""
+        any other error fails them and is raised (for the supervisor: it fails the engine).
+        ``wake=False``: the caller runs ``_pump`` itself (the slot freed needs no task)."""
         try:
             if error is not None:
                 raise error
@@ -385,7 +409,7 @@ class Sink:
                 self.owner.batch_failed(batch, err)
             raise
         finally:
-            self._request_ended()
+            self._request_ended(wake)
         by_tp = {}
         for topic, parts in response.topics:
             for part in parts:

@@ -28,7 +28,8 @@ into it — large Fetch responses cost no copy beyond the kernel's. Frames are h
 ``memoryview`` (starting at the correlation id, size prefix excluded).
 
 Send: ``send_raw`` (or ``send_nowait``, which returns the response's future instead of awaiting
-it) takes a list of buffers (``codec.encode_produce_request`` output). On a plaintext connection
+it, or ``send_with_callback``, whose callback gets the response frame on the event-loop turn that
+read it: no turn for a future's callbacks) takes a list of buffers (``codec.encode_produce_request`` output). On a plaintext connection
 whose transport has nothing queued it calls ``socket.sendmsg`` on them directly — payload pieces
 are not joined (Python 3.11's ``transport.writelines`` would join) — and queues only what the
 kernel did not take. TLS encrypts anyway, so there the pieces go through
@@ -48,7 +49,7 @@ import re
 import socket
 import ssl
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka.net.sasl import get_sasl_mechanism
@@ -98,15 +99,22 @@ class RequestTimedOutError(ConnectionFailedError):
     clients do: later responses on it could no longer be trusted to arrive)."""
 
 
+#: ``callback(frame, None)`` with the response, or ``callback(None, error)`` once the connection
+#: failed (``send_with_callback``).
+ResponseCallback = Callable[[memoryview | None, BaseException | None], None]
+
+
 class _InFlight:
-    """A sent request waiting for its response."""
+    """A sent request waiting for its response: a future, or a callback."""
 
-    __slots__ = ("correlation_id", "future", "deadline")
+    __slots__ = ("correlation_id", "future", "deadline", "callback")
 
-    def __init__(self, correlation_id: int, future: asyncio.Future, deadline: float):
+    def __init__(self, correlation_id: int, future: asyncio.Future | None, deadline: float,
+                 callback: ResponseCallback | None = None):
         self.correlation_id = correlation_id
         self.future = future
         self.deadline = deadline
+        self.callback = callback
 
 
 class _FrameProtocol(asyncio.BufferedProtocol):
@@ -226,16 +234,20 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._protocol_error(f"response correlation id {got} does not match the oldest "
                                  f"request in flight ({waiting.correlation_id})")
             return
-        if not waiting.future.done():  # the caller may have given up (cancelled)
-            waiting.future.set_result(frame)
         if not self.in_flight and self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if waiting.callback is not None:
+            waiting.callback(frame, None)      # now: no loop turn of its own (the produce path)
+        elif not waiting.future.done():        # the caller may have given up (cancelled)
+            waiting.future.set_result(frame)
 
     # -- send ----------------------------------------------------------------------------------
     def send(self, buffers: Sequence[BufferLike], correlation_id: int, expect_response: bool,
-             timeout_s: float, sock: socket.socket | None) -> asyncio.Future | None:
-        """Write one framed request; return the future of its response frame (or None)."""
+             timeout_s: float, sock: socket.socket | None,
+             callback: ResponseCallback | None = None) -> asyncio.Future | None:
+        """Write one framed request; return the future of its response frame (None without a
+        response, or when ``callback`` takes it)."""
         if self.closed_error is not None:
             raise self.closed_error
         transport = self.transport
@@ -243,18 +255,19 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         future = None
         if expect_response:
             # Registered before writing: a response can only arrive after the write.
-            future = self._loop.create_future()
+            if callback is None:
+                future = self._loop.create_future()
             deadline = self._loop.time() + timeout_s
-            self.in_flight.append(_InFlight(correlation_id, future, deadline))
+            self.in_flight.append(_InFlight(correlation_id, future, deadline, callback))
             if self._timer is None:
                 self._timer = self._loop.call_at(deadline, self._check_timeout)
         if sock is not None and transport.get_write_buffer_size() == 0:
             try:
                 rest = _sendmsg_all(sock, buffers)
             except OSError as err:       # reset or closed by the broker under the write
+                if expect_response:
+                    self.in_flight.pop()  # this request: its caller gets the raise instead
                 self._fail(self._owner.error(f"connection lost while sending: {err}"))
-                if future is not None:
-                    future.exception()   # failed by _fail; the caller gets the raise instead
                 assert self.closed_error is not None
                 raise self.closed_error from err
             if rest:
@@ -303,7 +316,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._timer = None
         while self.in_flight:
             waiting = self.in_flight.popleft()
-            if not waiting.future.done():
+            if waiting.callback is not None:
+                # A later turn, as a future's callbacks would run: _fail may be running inside
+                # the caller's own send, which raises the error to it as well.
+                self._loop.call_soon(waiting.callback, None, self.closed_error)
+            elif not waiting.future.done():
                 waiting.future.set_exception(self.closed_error)
         for waiter in self._drain_waiters:
             if not waiter.done():
@@ -632,6 +649,17 @@ class BrokerConnection:
         future = proto.send(buffers, correlation_id, True, timeout_s, self._sock)
         assert future is not None
         return future
+
+    def send_with_callback(self, buffers: Sequence[BufferLike], correlation_id: int,
+                           callback: ResponseCallback, timeout_ms: int | None = None) -> None:
+        """``send_nowait`` without a future: ``callback(frame, None)`` runs on the loop turn that
+        read the response (no further turn for a future's callbacks), ``callback(None, error)``
+        on a later turn once the connection failed or the request timed out. Raises
+        ``ConnectionFailedError`` when the connection is already gone or breaks under the write;
+        the callback is then never called."""
+        proto = self._live_protocol()
+        timeout_s = (self.settings.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        proto.send(buffers, correlation_id, True, timeout_s, self._sock, callback)
 
     def _live_protocol(self) -> _FrameProtocol:
         proto = self._protocol

@@ -117,3 +117,59 @@ def test_sendmsg_all_returns_exactly_the_unsent_rest():
     finally:
         left.close()
         right.close()
+
+
+def test_callback_requests_are_answered_on_the_reading_turn_and_failed_on_a_later_one():
+    """``send_with_callback``'s path: the answer reaches the callback inside buffer_updated (the
+    produce path writes its next request on that turn), mixed in order with future requests; a
+    failure reaches callbacks on a later turn, as a future's callbacks would run."""
+    loop = asyncio.new_event_loop()
+    try:
+        conn = BrokerConnection("127.0.0.1", 9, client_settings(
+            {"bootstrap.servers": "127.0.0.1:9"}, "A"))
+        proto = _FrameProtocol(conn, loop, 64 << 20)
+        proto.connection_made(_NullTransport())
+        got: list = []
+        assert proto.send([b""], 1, True, 60.0, None,
+                          lambda frame, err: got.append((bytes(frame), err))) is None
+        future = proto.send([b""], 2, True, 60.0, None)
+        proto.send([b""], 3, True, 60.0, None, lambda frame, err: got.append((frame, err)))
+        wire = b"".join(struct.pack(">i", len(f)) + f for f in _frames([5, 5]))
+        buf = proto.get_buffer(-1)
+        buf[:len(wire)] = wire
+        proto.buffer_updated(len(wire))
+        assert got == [(_frames([5])[0], None)]           # already: no loop turn ran
+        assert bytes(future.result()) == _frames([5, 5])[1]
+        proto.connection_lost(None)
+        assert got == [(_frames([5])[0], None)]           # the failure waits for a turn
+        loop.run_until_complete(asyncio.sleep(0))
+        frame, err = got[1]
+        assert frame is None and "closed by the broker" in str(err)
+    finally:
+        loop.close()
+
+
+def test_a_request_whose_write_fails_raises_and_never_calls_back():
+    left, right = socket.socketpair()
+    loop = asyncio.new_event_loop()
+    try:
+        conn = BrokerConnection("127.0.0.1", 9, client_settings(
+            {"bootstrap.servers": "127.0.0.1:9"}, "A"))
+        proto = _FrameProtocol(conn, loop, 64 << 20)
+        proto.connection_made(_NullTransport())
+        got: list = []
+        right.close()
+        left.shutdown(socket.SHUT_WR)                     # the next write fails: EPIPE
+        try:
+            proto.send([b"x"], 1, True, 60.0, left, lambda frame, err: got.append(err))
+        except Exception as err:  # noqa: BLE001 - the kind is checked below
+            raised = err
+        else:
+            raise AssertionError("the failed write did not raise")
+        assert "connection lost while sending" in str(raised)
+        assert not proto.in_flight
+        loop.run_until_complete(asyncio.sleep(0))
+        assert got == []
+    finally:
+        loop.close()
+        left.close()
