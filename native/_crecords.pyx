@@ -108,7 +108,7 @@ cdef inline uint32_t crc32c_of(const uint8_t *data, Py_ssize_t size, uint32_t se
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 
-# ---- the CRC of a stamped batch from the header's change alone (twin: codec/crc_update.py) ----
+# ---- the CRC of a stamped batch from the header's change alone ----
 # CRC-32C is linear: crc(new) = crc(old) ^ L(delta of the covered header bytes, then n zero
 # bytes), L(d + zeros(n)) = L(d) * x**(8n) mod P. Written here rather than taken from a library
 # because it is the per-batch hot path (the crc32c package has no combine/shift) and it is 40
@@ -176,7 +176,9 @@ cdef inline uint32_t _updated_crc(uint32_t old_crc, const uint8_t *old_head,
 
 def updated_crc(uint32_t old_crc, const uint8_t[::1] old_covered_head,
                 const uint8_t[::1] new_covered_head, Py_ssize_t tail_bytes):
-    """Native ``crc_update.updated_crc`` (the differential tests call both)."""
+    """The CRC-32C of a message whose first covered bytes changed from ``old_covered_head`` to
+    ``new_covered_head`` (same length), followed by ``tail_bytes`` unchanged bytes, given its
+    old CRC (what the stamp uses; exposed for the tests, which check it against a full CRC)."""
     if old_covered_head.shape[0] != new_covered_head.shape[0]:
         raise ValueError("both heads must have the same length")
     if tail_bytes < 0:

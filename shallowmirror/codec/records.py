@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from crc32c import crc32c
 
 from shallowmirror.codec import layout as L
-from shallowmirror.codec.crc_update import updated_crc
 from shallowmirror.errors import CorruptDataError, CrcMismatchError, UnsupportedFormatError, Where
 
 __all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce"]
@@ -422,8 +421,12 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
         _INT16.pack_into(header, L.ATTRIBUTES_OFFSET, attributes)
         _PRODUCER_FIELDS.pack_into(header, L.PRODUCER_ID_OFFSET, producer_id, producer_epoch,
                                    base_sequence)
-        # The CRC is updated from the header's change alone (crc_update): the records are not
-        # read again, and a batch that arrived with a wrong CRC keeps a wrong one.
-        crc = updated_crc(batch.crc, covered, bytes(header[L.ATTRIBUTES_OFFSET:]), len(rest))
+        # The CRC follows the header's change, as the native build computes it: CRC-32C is
+        # linear, so crc(new) ^ crc(old) does not depend on the CRC the batch carries, and a
+        # batch that arrived with a wrong CRC keeps a wrong one (never a fresh, valid CRC over
+        # damaged bytes). The native build gets the difference from the 40 changed header bytes
+        # alone; here two passes of the crc32c package give the same number.
+        crc = (batch.crc ^ crc32c(rest, crc32c(memoryview(header)[L.ATTRIBUTES_OFFSET:]))
+               ^ crc32c(rest, crc32c(covered)))
         _UINT32.pack_into(header, L.CRC_OFFSET, crc)
     return bytes(header), rest
