@@ -306,20 +306,22 @@ class EngineCore:
         self.sinks.forward(batch, target_topic, target_partition)
 
     def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
-        self._ack_one(batch, target_base)
-        self.runtime.progress.notify()
+        self.batches_acked([(batch, target_base)])
 
     def batches_acked(self, acked: list[tuple[FetchedBatch, int | None]]) -> None:
-        """Several acknowledgements (one Produce response's): the same as ``batch_acked`` on
-        each, in order, with one progress notification."""
+        """Acknowledgements (one Produce response's), applied in order, with one progress
+        notification. Whether a hook listens or metrics record is read once per response."""
         try:
             ack_one = self._ack_one
+            hooked = bool(self.hooks.batch_acknowledged)
+            recording = self.metrics.recording
             for batch, target_base in acked:
-                ack_one(batch, target_base)
+                ack_one(batch, target_base, hooked, recording)
         finally:
             self.runtime.progress.notify()
 
-    def _ack_one(self, batch: FetchedBatch, target_base: int | None) -> None:
+    def _ack_one(self, batch: FetchedBatch, target_base: int | None, hooked: bool,
+                 recording: bool) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))
         if target_base is None:
             self.duplicates_unknown_offset += 1
@@ -333,7 +335,7 @@ class EngineCore:
         sp.offsets.ack(batch, target_base)
         if not self.runtime.startup.done:
             self.runtime.startup.mark("first record")
-        if self.hooks.batch_acknowledged:
+        if hooked:
             assert batch.target_topic is not None and batch.target_partition is not None
             self.hooks.batch_acknowledged(BatchAck(
                 batch.topic, batch.partition, batch.source_base, batch.next_offset,
@@ -342,7 +344,7 @@ class EngineCore:
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size
-        if self.metrics.recording:
+        if recording:
             self.metrics.batch_acked(batch, sp)
         batch._finish(target_base, None)
 

@@ -96,7 +96,7 @@ class TargetPartitionQueue:
     """Batches waiting for one target partition, and what is in flight for it."""
 
     __slots__ = ("queue", "in_flight", "failed", "blocked_until", "unknown_attempts",
-                 "acked_producer_id", "acked_producer_epoch")
+                 "acked_producer_id", "acked_producer_epoch", "conn")
 
     def __init__(self) -> None:
         self.queue: deque[FetchedBatch] = deque()
@@ -109,6 +109,11 @@ class TargetPartitionQueue:
         #: gap. Two ints, not a tuple: set on every acknowledgement.
         self.acked_producer_id = -1
         self.acked_producer_epoch = -1
+        #: The connection this partition's batches in flight were written to (None: not known
+        #: yet, a request waiting for its connection). Its next batch goes only on the same one:
+        #: a broker answers one connection's requests in order and a lost connection fails them
+        #: all, so the partition's batches are acknowledged, or resent, in order.
+        self.conn: BrokerConnection | None = None
 
     @property
     def acked_identity(self) -> tuple[int, int] | None:
@@ -145,6 +150,11 @@ class Sink:
         #: Fast-path requests in flight: token -> (picks, Produce version).
         self.waiting: dict[int, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
         self._tokens = 0
+        #: The connection the request being planned will go on (None: a task will wait for one).
+        self._plan_conn: BrokerConnection | None = None
+        #: The Produce version negotiated with the connection ``_versioned``.
+        self._versioned: BrokerConnection | None = None
+        self._version = 0
 
     # ---- queueing ----
     def enqueue(self, batch: FetchedBatch, ttp: TTP | None = None) -> None:
@@ -202,6 +212,8 @@ class Sink:
             queue.popleft().release()
         if not queue or tq.failed or tq.in_flight >= self.per_partition:
             return False
+        if tq.in_flight and (tq.conn is None or tq.conn is not self._plan_conn):
+            return False        # the ones in flight ride another connection (or none yet)
         identity = self.owner.identity
         if identity.idempotent and tq.in_flight and (
                 tq.acked_producer_id != identity.producer_id
@@ -237,6 +249,7 @@ class Sink:
         while not self.owner.stopped:
             if self.requests_in_flight >= self.max_requests or self.connecting:
                 return None
+            conn = self._plan_conn = self.owner.live_connection(self.node_id, self.lane)
             plan: Plan = plan_request(
                 self.queues, self.rotation.next_order(), size_of=_size_of, topic_of=_topic_of,
                 can_send=self._can_send, max_request_bytes=self.max_request_bytes)
@@ -256,10 +269,10 @@ class Sink:
                 tq = partitions[ttp]
                 tq.queue.popleft()
                 tq.in_flight += 1
+                tq.conn = conn
                 stamp(batch, ttp)
                 batch.attempts += 1
             self.requests_in_flight += 1
-            conn = self.owner.live_connection(self.node_id, self.lane)
             if conn is not None:
                 self._send_now(conn, picks)
                 continue
@@ -282,7 +295,10 @@ class Sink:
     def _encode(self, conn: BrokerConnection,
                 picks: list[tuple[TTP, FetchedBatch]]) -> tuple[int, int, list]:
         """(Produce version, correlation id, request buffers) for ``picks`` on ``conn``."""
-        version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
+        if conn is not self._versioned:      # asked once per connection, not per request
+            self._version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
+            self._versioned = conn
+        version = self._version
         topics: dict[str, list] = {}
         for (topic, partition), batch in picks:
             topics.setdefault(topic, []).append((partition, [[batch.header, batch.rest]]))
@@ -347,23 +363,25 @@ class Sink:
 
     # ---- slow path: a task that first waits for the connection ----
     async def _send(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
-        version = 0
+        """Wait for the connection, then write as the fast path does: the answer, too, is
+        applied by ``_on_answer`` on the turn that reads it. A future here would apply it a
+        turn later than a fast-path answer read behind it on the same connection, and the
+        partition's batches would be acknowledged out of order."""
         try:
             try:
                 conn = await self.owner.connection(self.node_id, self.lane)
-                version, cid, buffers = self._encode(conn, picks)
-                future = conn.send_nowait(buffers, cid)
             finally:
                 self.connecting = False
                 self.wake.set()
-            frame = await future
         except asyncio.CancelledError:
             self._abandon(picks)         # engine stopping: these are no longer outstanding
             raise
         except Exception as err:
-            self._settle(picks, version, None, err)
+            self._settle(picks, 0, None, err)
             return
-        self._settle(picks, version, frame, None)
+        for ttp, _batch in picks:
+            self.partitions[ttp].conn = conn
+        self._send_now(conn, picks)
 
     # ---- both paths ----
     def _abandon(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:

@@ -37,6 +37,8 @@ class StartupTimeline:
         self._clock = clock
         self.started_at = clock()
         self._at: dict[str, float] = {}
+        #: Whether "first record" was reached: an attribute, read once per acknowledged batch.
+        self.done = False
 
     def mark(self, phase: str, at: float | None = None) -> None:
         """Record ``phase`` (once: later calls keep the first time). ``at``: a ``clock()``
@@ -46,6 +48,7 @@ class StartupTimeline:
             return
         self._at[phase] = (self._clock() if at is None else at) - self.started_at
         if phase == "first record":
+            self.done = True
             log.info("start-up: first record on the target %.2f s after start (%s)",
                      self._at[phase], self.text())
 
@@ -61,6 +64,3 @@ class StartupTimeline:
             last = max(last, at)
         return ", ".join(parts)
 
-    @property
-    def done(self) -> bool:
-        return "first record" in self._at
