@@ -8,9 +8,11 @@ import asyncio
 import socket
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shallowmirror.errors import ConnectionFailedError
 from shallowmirror.net.config import client_settings
 from shallowmirror.net.connection import (
     _LARGE_FRAME_BYTES,
@@ -45,15 +47,21 @@ def _frames(sizes: list[int]) -> list[bytes]:
             for i, size in enumerate(sizes)]
 
 
+def _protocol(loop: asyncio.AbstractEventLoop) -> _FrameProtocol:
+    """A connected protocol whose transport takes every write."""
+    conn = BrokerConnection("127.0.0.1", 9, client_settings(
+        {"bootstrap.servers": "127.0.0.1:9"}, "A"))
+    proto = _FrameProtocol(conn, loop, 64 << 20)
+    proto.connection_made(_NullTransport())
+    return proto
+
+
 def _feed(wire: bytes, cuts: list[int], sizes: list[int]):
     """Push ``wire`` through a protocol in pieces at ``cuts``; return delivered frames and the
     protocol."""
     loop = asyncio.new_event_loop()
     try:
-        conn = BrokerConnection("127.0.0.1", 9, client_settings(
-            {"bootstrap.servers": "127.0.0.1:9"}, "A"))
-        proto = _FrameProtocol(conn, loop, 64 << 20)
-        proto.connection_made(_NullTransport())
+        proto = _protocol(loop)
         futures = [proto.send([b""], i + 1, True, 60.0, None) for i in range(len(sizes))]
         position = 0
         for cut in sorted(set(cuts)) + [len(wire)]:
@@ -125,10 +133,7 @@ def test_callback_requests_are_answered_on_the_reading_turn_and_failed_on_a_late
     failure reaches callbacks on a later turn, as a future's callbacks would run."""
     loop = asyncio.new_event_loop()
     try:
-        conn = BrokerConnection("127.0.0.1", 9, client_settings(
-            {"bootstrap.servers": "127.0.0.1:9"}, "A"))
-        proto = _FrameProtocol(conn, loop, 64 << 20)
-        proto.connection_made(_NullTransport())
+        proto = _protocol(loop)
         got: list = []
         assert proto.send([b""], 1, True, 60.0, None,
                           lambda frame, err: got.append((bytes(frame), err))) is None
@@ -153,20 +158,12 @@ def test_a_request_whose_write_fails_raises_and_never_calls_back():
     left, right = socket.socketpair()
     loop = asyncio.new_event_loop()
     try:
-        conn = BrokerConnection("127.0.0.1", 9, client_settings(
-            {"bootstrap.servers": "127.0.0.1:9"}, "A"))
-        proto = _FrameProtocol(conn, loop, 64 << 20)
-        proto.connection_made(_NullTransport())
+        proto = _protocol(loop)
         got: list = []
         right.close()
         left.shutdown(socket.SHUT_WR)                     # the next write fails: EPIPE
-        try:
+        with pytest.raises(ConnectionFailedError, match="connection lost while sending"):
             proto.send([b"x"], 1, True, 60.0, left, lambda frame, err: got.append(err))
-        except Exception as err:  # noqa: BLE001 - the kind is checked below
-            raised = err
-        else:
-            raise AssertionError("the failed write did not raise")
-        assert "connection lost while sending" in str(raised)
         assert not proto.in_flight
         loop.run_until_complete(asyncio.sleep(0))
         assert got == []
