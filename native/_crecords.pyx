@@ -112,12 +112,16 @@ cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 # CRC-32C is linear: crc(new) = crc(old) ^ L(delta of the covered header bytes, then n zero
 # bytes), L(d + zeros(n)) = L(d) * x**(8n) mod P. Written here rather than taken from a library
 # because it is the per-batch hot path (the crc32c package has no combine/shift) and it is 40
-# table lookups plus a handful of 32-bit carry-less products, independent of the batch's size.
+# table lookups plus at most five 32-bit carry-less products, independent of the batch's size:
+# x**(8n) is the product of one table entry per non-zero byte of n (``_X8N``).
 cdef enum:
     CRC32C_POLY = 0x82F63B78          # bit-reflected Castagnoli polynomial
 
 cdef uint32_t _CRC_TABLE[256]
 cdef uint32_t _X2N[32]                # x**(2**k) mod P
+cdef uint32_t _X8N[4][256]            # x**(8 * k * 256**j) mod P, at [j][k]
+cdef enum:
+    X0 = 0x80000000                   # x**0 (bit-reflected)
 
 
 cdef inline uint32_t _multiply(uint32_t a, uint32_t b) noexcept nogil:
@@ -145,17 +149,32 @@ cdef void _init_crc_tables() noexcept nogil:
     for k in range(32):
         _X2N[k] = p
         p = _multiply(p, p)
+    cdef int j
+    for j in range(4):
+        _X8N[j][0] = X0
+        _X8N[j][1] = _X2N[3 + 8 * j]  # x**(8 * 256**j) = x**(2**(3 + 8j))
+        for k in range(2, 256):
+            _X8N[j][k] = _multiply(_X8N[j][k - 1], _X8N[j][1])
 
 
 _init_crc_tables()
 
 
 cdef inline uint32_t _shift_zeros(uint32_t crc, uint64_t n) noexcept nogil:
-    """L(d + zeros(n)) from crc == L(d), in O(log n)."""
-    cdef uint32_t power = <uint32_t>1 << 31     # x**0
+    """L(d + zeros(n)) from crc == L(d): one table entry per non-zero byte of n below 2**32,
+    O(log n) squarings beyond (never for a Kafka batch, whose length is an int32)."""
+    cdef uint32_t power = X0
     cdef unsigned k = 3                         # n bytes are 8n bits
+    cdef int j
+    cdef unsigned byte
     if crc == 0 or n == 0:
         return crc
+    if n < (<uint64_t>1 << 32):
+        for j in range(4):
+            byte = (n >> (8 * j)) & 0xFF
+            if byte:
+                power = _X8N[j][byte] if power == X0 else _multiply(_X8N[j][byte], power)
+        return _multiply(power, crc)
     while n:
         if n & 1:
             power = _multiply(_X2N[k & 31], power)

@@ -27,6 +27,17 @@ def test_equals_the_crc_of_the_whole_changed_message(seed):
             bytes(new) + tail), (seed, tail_size)
 
 
+@pytest.mark.parametrize("tail_size", [255, 256, 257, 65_535, 65_536, 65_793, 16_777_216,
+                                       16_777_216 + 65_536 + 256 + 1, 2 * 16_777_216 + 3])
+def test_every_byte_of_the_tail_length_counts(tail_size):
+    """The shift is one table entry per non-zero byte of the tail length: lengths with each of
+    the four bytes set (up to 32 MiB), at and around the byte boundaries."""
+    rng = random.Random(tail_size)
+    head, new = rng.randbytes(40), rng.randbytes(40)
+    tail = bytes(rng.randrange(256) for _ in range(64)) * (tail_size // 64) + bytes(tail_size % 64)
+    assert NATIVE.updated_crc(crc32c(head + tail), head, new, tail_size) == crc32c(new + tail)
+
+
 def test_unchanged_head_keeps_the_crc():
     assert NATIVE.updated_crc(0xDEADBEEF, b"x" * 40, b"x" * 40, 123_456) == 0xDEADBEEF
 
