@@ -28,13 +28,17 @@ Wire layout (summary; see the twin for the table)
 """
 
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport (
     PyByteArray_CheckExact,
     PyByteArray_FromStringAndSize,
     PyByteArray_GET_SIZE,
 )
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_CheckExact
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
+from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
@@ -665,10 +669,16 @@ cdef class _Writer:
 
 
 cdef object _check_int(str name, object value, int bits):
-    limit = (<object>1) << (bits - 1)   # a Python int: no C overflow at bits=32
-    if not isinstance(value, int) or not -limit <= value < limit:
-        raise ValueError(f"{name} {value!r} is not an int{bits}")
-    return value
+    cdef int overflow = 0
+    cdef long long v
+    cdef long long limit = (<long long>1) << (bits - 1)
+    if PyLong_CheckExact(value):        # the usual case, compared in C
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and -limit <= v < limit:
+            return value
+    elif isinstance(value, int) and -limit <= value < limit:
+        return value
+    raise ValueError(f"{name} {value!r} is not an int{bits}")
 
 
 cdef Py_ssize_t _nbytes(object piece) except -1:
@@ -679,6 +689,8 @@ cdef Py_ssize_t _nbytes(object piece) except -1:
         return PyBytes_GET_SIZE(piece)
     if PyByteArray_CheckExact(piece):
         return PyByteArray_GET_SIZE(piece)
+    if PyMemoryView_Check(piece) and PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(piece), b'C'):
+        return PyMemoryView_GET_BUFFER(piece).len
     try:
         PyObject_GetBuffer(piece, &b, PyBUF_SIMPLE)
     except TypeError:
@@ -707,7 +719,8 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
     _check_int("timeout_ms", timeout_ms, 32)
     cdef _Writer w = _Writer()
     cdef list out = [None]     # the first chunk gets its size prefix once the total is known
-    cdef set seen = set()
+    cdef dict seen = {}        # topic -> its partitions so far (a topic may come twice)
+    cdef set seen_partitions
     cdef int64_t total = 0
     cdef int64_t size
     cdef Py_ssize_t n_batches
@@ -727,13 +740,15 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
     for topic, partitions in topics:
         w.string(topic, "topic", flexible, False)
         w.array(len(partitions), flexible)
+        seen_partitions = seen.get(topic)
+        if seen_partitions is None:
+            seen_partitions = seen[topic] = set()
         for partition, batches in partitions:
             _check_int("partition", partition, 32)
-            key = (topic, partition)
-            if key in seen:
+            if partition in seen_partitions:
                 raise ValueError(f"partition {topic}-{partition} is listed twice in one "
                                  "Produce request")
-            seen.add(key)
+            seen_partitions.add(partition)
             n_batches = len(batches)
             if n_batches == 0:
                 raise ValueError(f"partition {topic}-{partition} has no batch to produce")
@@ -743,11 +758,19 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
                     "accepts exactly one RecordBatch per partition in Produce v3+ "
                     "(pass allow_multiple_batches=True only for brokers that accept KIP-712)")
             size = 0
-            pieces = []
+            pieces = None       # only for batches given as other iterables: read them once
             for batch in batches:
+                if not (PyList_CheckExact(batch) or PyTuple_CheckExact(batch)):
+                    pieces = []
+                    break
                 for piece in batch:
                     size += _nbytes(piece)
-                    pieces.append(piece)
+            if pieces is not None:
+                size = 0
+                for batch in batches:
+                    for piece in batch:
+                        size += _nbytes(piece)
+                        pieces.append(piece)
             if size > _INT32_MAX:
                 raise ValueError(f"partition {topic}-{partition}: {size} bytes of records "
                                  "exceed the int32 size field")
@@ -762,7 +785,11 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
             else:
                 out.append(chunk)
             total += PyBytes_GET_SIZE(chunk) + size
-            out.extend(pieces)
+            if pieces is not None:
+                out.extend(pieces)
+            else:
+                for batch in batches:
+                    out.extend(batch)
             if flexible:
                 w.byte(0)      # partition tagged fields
         if flexible:

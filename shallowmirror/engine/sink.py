@@ -301,7 +301,11 @@ class Sink:
         version = self._version
         topics: dict[str, list] = {}
         for (topic, partition), batch in picks:
-            topics.setdefault(topic, []).append((partition, [[batch.header, batch.rest]]))
+            parts = topics.get(topic)
+            if parts is None:
+                topics[topic] = [(partition, ((batch.header, batch.rest),))]
+            else:
+                parts.append((partition, ((batch.header, batch.rest),)))
         cid = conn.next_correlation_id()
         buffers = codec.encode_produce_request(
             version=version, correlation_id=cid, client_id=conn.client_id,

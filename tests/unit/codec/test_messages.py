@@ -227,6 +227,24 @@ def test_produce_request_pieces_are_not_copied(impl):
     assert all(isinstance(buf, bytes) and len(buf) < 64 for buf in others)
 
 
+def test_produce_request_batches_as_any_iterable_of_pieces(impl):
+    """A batch's pieces as a list, a tuple or a one-shot iterator: the same frame (the native
+    encoder reads lists and tuples twice, other iterables once)."""
+    pieces = [bytes(61), memoryview(b"payload" * 40)]
+
+    def encode(batch_of):
+        return impl.join_request(impl.encode_produce_request(
+            version=9, correlation_id=1, client_id="c", transactional_id=None, acks=-1,
+            timeout_ms=100, topics=[("t", [(p, [batch_of(pieces)]) for p in range(3)])]))
+
+    expected = encode(list)
+    assert encode(tuple) == expected
+    assert encode(iter) == expected
+    assert encode(lambda ps: (p for p in ps)) == expected
+    assert kafka_produce_request(expected, 9).topic_data[0].partition_data[2].records == (
+        bytes(61) + b"payload" * 40)
+
+
 def test_produce_request_rejects_two_batches_per_partition(impl):
     topics = [("orders", [(1, [[b"one"]]), (4, [[b"first"], [b"second"]])])]
     with pytest.raises(ValueError, match=r"orders-4 has 2 batches"):
