@@ -22,6 +22,7 @@ magic@16 b, attributes@17 b, [timestamp@18 q if magic 1], keyLength, key, valueL
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -514,6 +515,9 @@ cdef bint _is_abort_marker(BatchView batch) except -1:
 cdef object _INT16_MIN = -(1 << 15), _INT16_MAX = (1 << 15) - 1
 cdef object _INT32_MIN = -(1 << 31), _INT32_MAX = (1 << 31) - 1
 cdef object _INT64_MIN = -(1 << 63), _INT64_MAX = (1 << 63) - 1
+cdef int64_t C_INT16_MIN = -(1 << 15), C_INT16_MAX = (1 << 15) - 1
+cdef int64_t C_INT32_MIN = -(1 << 31), C_INT32_MAX = (1 << 31) - 1
+cdef int64_t C_INT64_MIN = -0x7FFFFFFFFFFFFFFF - 1, C_INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 
 cdef object _as_int(str name, object value, object low, object high):
@@ -526,6 +530,17 @@ cdef object _as_int(str name, object value, object low, object high):
     if not low <= value <= high:
         raise ValueError(f"{name} {value} out of range [{low}, {high}]")
     return value
+
+
+cdef int64_t _c_int(str name, object value, int64_t low, int64_t high) except? -1:
+    """``_as_int`` compared in C for the usual exact int (the per-batch stamp takes three)."""
+    cdef int overflow = 0
+    cdef long long v
+    if PyLong_CheckExact(value):
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and low <= v <= high:
+            return v
+    return _as_int(name, value, low, high)
 
 
 def _first_offset(tuple pair):
@@ -614,9 +629,10 @@ cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
             f"batch has offset gaps (record count {batch.record_count}, last offset delta "
             f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
             Where(offset=batch.base_offset, position=batch.position))
-    cdef int64_t pid = _as_int("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
-    cdef int16_t epoch = _as_int("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
-    cdef int32_t seq = _as_int("base_sequence", base_sequence, _INT32_MIN, _INT32_MAX)
+    cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, C_INT64_MAX)
+    cdef int16_t epoch = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN,
+                                         C_INT16_MAX)
+    cdef int32_t seq = <int32_t>_c_int("base_sequence", base_sequence, C_INT32_MIN, C_INT32_MAX)
     if transactional and pid < 0:
         raise ValueError("a transactional batch needs a producer id")
 
