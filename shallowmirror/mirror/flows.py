@@ -125,6 +125,10 @@ class FlowRunner:
         #: Offset syncs and checkpoints (replication/): None when disabled or not started.
         self.offset_syncs: Any = None
         self.checkpoints: Any = None
+        #: Set when the flow was stopped before its clusters first answered (nothing could be
+        #: mirrored): what it was waiting for, and the last error. The process then fails.
+        self.never_started: str | None = None
+        self._last_unreachable: str | None = None
 
     @property
     def name(self) -> str:
@@ -238,6 +242,7 @@ class FlowRunner:
                 alias = self._unreachable_alias(err)
                 where = f"cluster {alias} at {self._address(alias)}"
                 self.state = f"waiting for {where}"
+                self._last_unreachable = f"{where} ({err})"
                 deadline_ms = self._deadline_ms()
                 now = time.monotonic()
                 if waiting_since is None:
@@ -313,6 +318,12 @@ class FlowRunner:
                  ",".join(self.flow.topic_filter.exclude))
         await self._connect(stop)
         if not await self._refresh(stop, first=True):
+            self.never_started = (f"waiting for {self._last_unreachable}"
+                                  if self._last_unreachable else
+                                  f"cluster {self.flow.source} at "
+                                  f"{self._address(self.flow.source)} and cluster "
+                                  f"{self.flow.target} at {self._address(self.flow.target)} had "
+                                  "not answered yet")
             return
         # Even with sync.topic.configs.enabled=false this enforces compression.type=producer.
         await asyncio.to_thread(self.sync.sync_configs)

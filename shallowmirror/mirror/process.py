@@ -232,6 +232,12 @@ class MirrorProcess:
                     loop.remove_signal_handler(sig)
         if any(f.unclean for f in self.flows):
             self.exit_code = self.exit_code or 1
+        for flow in self.flows:
+            if flow.never_started:
+                # Stopped (a signal, most often) before the flow could start: not a success.
+                log.error("flow %s: stopped before it could start, %s; nothing was mirrored",
+                          flow.name, flow.never_started)
+                self.exit_code = self.exit_code or 1
         mirroring = [f.mirroring_since for f in self.flows if f.mirroring_since is not None]
         summary = summarize(self.snapshots(), wall_s=time.monotonic() - started,
                             cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up,

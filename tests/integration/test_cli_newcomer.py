@@ -96,8 +96,8 @@ def test_unreachable_source_one_warning_and_reconnect_deadline(target_cluster, t
 def test_unreachable_source_is_quiet_and_sigint_stops_at_once(target_cluster, tmp_path):
     # A Metadata call to the unreachable cluster is pending for request.timeout.ms (60 s) when
     # SIGINT comes: the process must not wait for it.
-    config, _port = _unreachable_config(tmp_path, target_cluster,
-                                        **{"request.timeout.ms": "60000"})
+    config, port = _unreachable_config(tmp_path, target_cluster,
+                                       **{"request.timeout.ms": "60000"})
     mirror = Background("mirror", str(config), "--log-level", "ERROR",
                         log_path=tmp_path / "mirror.log")
     try:
@@ -111,14 +111,41 @@ def test_unreachable_source_is_quiet_and_sigint_stops_at_once(target_cluster, tm
                                  f"cluster within 30s:\n{mirror.log()[-3000:]}") from None
     finally:
         mirror.stop()
-    assert code == 0, mirror.log()
+    # Stopped before the flow could start: nothing was mirrored, so not a success.
+    assert code == 1, mirror.log()
     log = mirror.log()
     assert "%3|" not in log and RDKAFKA_RAW not in log, log[:2000]
-    # At --log-level ERROR only the exit summary is printed.
-    assert [line for line in log.splitlines() if line.strip()] == [
-        "mirrored 0 records, 0.0 MB in " + log.split("mirrored 0 records, 0.0 MB in ")[1]
-        .splitlines()[0],
-        "  A->B (shallow): 0 records, 0.0 MB compressed, 0 topics, lag unknown"], log
+    # At --log-level ERROR: why nothing was mirrored (the cluster, its address, no answer yet:
+    # its Metadata call was still pending), then the exit summary.
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert len(lines) == 3, log
+    assert lines[0].endswith(
+        f" ERROR shallowmirror.mirror.process: flow A->B: stopped before it could start, "
+        f"cluster A at 127.0.0.1:{port} and cluster B at {target_cluster.bootstrap} had not "
+        "answered yet; nothing was mirrored"), log
+    assert lines[1].startswith("mirrored 0 records, 0.0 MB in "), log
+    assert lines[2] == "  A->B (shallow): 0 records, 0.0 MB compressed, 0 topics, lag unknown"
+
+
+def test_sigint_while_a_cluster_is_unreachable_names_it_and_fails(target_cluster, tmp_path):
+    """After the first failed attempt the reason names the cluster, its address and the error."""
+    config, port = _unreachable_config(tmp_path, target_cluster,
+                                       **{"request.timeout.ms": "1000"})
+    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
+    try:
+        deadline = time.monotonic() + 60
+        while "cannot reach cluster A" not in mirror.log():
+            assert time.monotonic() < deadline and mirror.process.poll() is None, mirror.log()
+            time.sleep(0.2)
+        mirror.process.send_signal(signal.SIGINT)
+        code = mirror.process.wait(30)
+    finally:
+        mirror.stop()
+    log = mirror.log()
+    assert code == 1, log
+    assert (f"flow A->B: stopped before it could start, waiting for cluster A at "
+            f"127.0.0.1:{port} (cluster A did not answer Metadata within 1s") in log, log
+    assert "; nothing was mirrored" in log and "Traceback" not in log
 
 
 @pytest.mark.broker_independent("nothing listens on the address")
