@@ -5,11 +5,11 @@ the brokers' CPU, and peak RSS against buffer.memory.
         [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
         [--set KEY=VALUE ...] [--mirror-set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
         [--broker tansu|kafka] [--kafka-home DIR] [--value-bytes 200]
-        [--batch-bytes 1000000 | 16384,262144] [--baseline DIR]
+        [--batch-bytes 1000000 | 16384,262144] [--partitions 8] [--baseline DIR]
 
 Per codec and producer ``batch.size`` (``--batch-bytes``, uncompressed bytes as librdkafka counts
 them; several sizes give one row each, side by side on the same brokers): load N records
-(8 partitions, ``--value-bytes`` values) into a source cluster started here
+(``--partitions``, 8 by default; ``--value-bytes`` values) into a source cluster started here
 (embedded tansu, or real Apache Kafka with ``--broker kafka``/``SHALLOWMIRROR_BROKER=kafka`` and
 ``KAFKA_HOME`` or ``--kafka-home``; or SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP), then, ``--repeat``
 times, side by side:
@@ -300,6 +300,9 @@ def main() -> int:
     parser.add_argument("--batch-bytes", default="1000000",
                         help="producer batch.size of the loaded topic; a comma list gives one "
                              "row per size (e.g. 16384,262144)")
+    parser.add_argument("--partitions", type=int, default=8,
+                        help="partitions of the loaded topic (a Produce request carries at "
+                             "most one batch of each)")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     external = embedded.external_from_env()
@@ -312,7 +315,7 @@ def main() -> int:
     broker_pids = [c.pid for c in clusters] if ctx is not None else []
     print(f"brokers {flavor}; codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; "
           f"buffer.memory "
-          f"{args.buffer_memory}; repeat {args.repeat}; settings {args.set}; mirror settings {args.mirror_set}; "
+          f"{args.buffer_memory}; partitions {args.partitions}; repeat {args.repeat}; settings {args.set}; mirror settings {args.mirror_set}; "
           f"load average {os.getloadavg()[0]:.1f}")
     variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
     print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
@@ -322,7 +325,7 @@ def main() -> int:
                                    for b in args.batch_bytes.split(",")):
             records = _records_for(args.records, codec)
             topic = f"bench-{codec}-{batch_bytes}-{uuid.uuid4().hex[:6]}"
-            w = Workload(topic=topic, records=records, partitions=8, codec=codec,
+            w = Workload(topic=topic, records=records, partitions=args.partitions, codec=codec,
                          value_bytes=args.value_bytes, batch_bytes=batch_bytes, linger_ms=50)
             load({"bootstrap.servers": source}, w)
             ends = _source_ends(source, topic, records)
@@ -343,8 +346,8 @@ def main() -> int:
                     run["fetch_only_mb_s"] = fo["bytes"] / 1e6 / fo["wall_s"]
                 if "produce" in phases:
                     ptopic = f"{topic}-p{rep}{name}"
-                    create_topic({"bootstrap.servers": target}, Workload(topic=ptopic,
-                                                                         partitions=8))
+                    create_topic({"bootstrap.servers": target},
+                                 Workload(topic=ptopic, partitions=args.partitions))
                     po = produce_only(source, target, topic, ptopic, broker_pids, args.set,
                                       pythonpath)
                     run["produce_only"] = po
@@ -352,7 +355,8 @@ def main() -> int:
                 if "mirror" in phases:
                     prefix = f"m{rep}{name}"
                     create_topic({"bootstrap.servers": target},
-                                 Workload(topic=f"{prefix}.{topic}", partitions=8))
+                                 Workload(topic=f"{prefix}.{topic}",
+                                          partitions=args.partitions))
                     spy = (os.path.join(args.py_spy, f"{codec}-{batch_bytes}-{name}-{rep}.txt")
                            if args.py_spy else None)
                     mr = mirror_run(source, target, topic, prefix, ends, args.buffer_memory,
