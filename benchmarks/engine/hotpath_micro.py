@@ -2,11 +2,11 @@
 acknowledgement, without sockets or brokers (so without their noise).
 
     PYTHONPATH=. .venv/bin/python benchmarks/engine/hotpath_micro.py [--batch-bytes 5800]
-        [--batches 22224] [--repeat 3] [--baseline DIR]
+        [--batches 22224] [--partitions 8] [--repeat 3] [--baseline DIR]
 
 A ``MirrorEngine`` (real sources, sinks, planner, stamping, encoder, offsets, acknowledgement) runs
 against two in-process FAKE clusters that answer instantly: the source connection returns
-pre-encoded Fetch response frames (8 partitions, about 1 MiB of batches each per fetch, plain
+pre-encoded Fetch response frames (``--partitions``, 8 by default, about 1 MiB of batches each per fetch, plain
 v2 batches of ``--batch-bytes``, all partitions in step), the target connection answers every
 Produce request with one pre-encoded success frame. Time spent inside the fakes is measured and
 subtracted. Prints CPU microseconds per batch and per MB for each run; ``--baseline DIR`` runs the
@@ -45,7 +45,8 @@ def template_batch(batch_bytes: int, value_bytes: int = 300) -> tuple[bytes, int
     return bytes(builder.build()), count
 
 
-def fetch_frames(batch: bytes, count: int, per_fetch: int, rounds: int) -> list[bytes]:
+def fetch_frames(batch: bytes, count: int, per_fetch: int, rounds: int,
+                 partitions: int = PARTITIONS) -> list[bytes]:
     """Frame r: every partition's batches [r*per_fetch, (r+1)*per_fetch)."""
     KT = KFetchResponse.FetchableTopicResponse
     KP = KT.PartitionData
@@ -59,7 +60,7 @@ def fetch_frames(batch: bytes, count: int, per_fetch: int, rounds: int) -> list[
             chunk += b
         parts = [KP(partition_index=p, error_code=0, high_watermark=end, last_stable_offset=end,
                     log_start_offset=0, aborted_transactions=[], preferred_read_replica=-1,
-                    records=bytes(chunk)) for p in range(PARTITIONS)]
+                    records=bytes(chunk)) for p in range(partitions)]
         msg = KFetchResponse(version=FETCH_VERSION, throttle_time_ms=0, error_code=0,
                              session_id=0, responses=[KT(topic=TOPIC, partitions=parts)])
         msg.with_header(correlation_id=0)
@@ -67,13 +68,13 @@ def fetch_frames(batch: bytes, count: int, per_fetch: int, rounds: int) -> list[
     return frames
 
 
-def produce_frame() -> bytes:
+def produce_frame(partitions: int = PARTITIONS) -> bytes:
     KT = KProduceResponse.TopicProduceResponse
     KP = KT.PartitionProduceResponse
     msg = KProduceResponse(version=PRODUCE_VERSION, throttle_time_ms=0, responses=[
         KT(name=TOPIC, partition_responses=[
             KP(index=p, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0,
-               record_errors=[], error_message=None) for p in range(PARTITIONS)])])
+               record_errors=[], error_message=None) for p in range(partitions)])])
     msg.with_header(correlation_id=0)
     return bytes(msg.encode(header=True, framed=True))[4:]
 
@@ -112,8 +113,8 @@ class FakeTargetConnection:
 
     client_id = "micro"
 
-    def __init__(self) -> None:
-        self.frame = memoryview(produce_frame())
+    def __init__(self, partitions: int = PARTITIONS) -> None:
+        self.frame = memoryview(produce_frame(partitions))
         self.cid = 0
 
     def api_version(self, key: int, bounds: object) -> int:
@@ -141,8 +142,9 @@ class FakeTargetConnection:
 class FakeCluster:
     """FAKE: one broker (node 1) leading every partition of ``TOPIC``."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn, partitions: int = PARTITIONS) -> None:
         self.conn = conn
+        self.n_partitions = partitions
 
     async def connection(self, node_id: int, lane: int = 0):
         return self.conn
@@ -157,13 +159,14 @@ class FakeCluster:
         return 1
 
     def partitions(self, topic: str):
-        return list(range(PARTITIONS))
+        return list(range(self.n_partitions))
 
     async def refresh_metadata(self, topics=None) -> None:
         return None
 
 
-async def run_once(frames: list[bytes], per_round: int, end: int) -> dict:
+async def run_once(frames: list[bytes], per_round: int, end: int,
+                   partitions: int = PARTITIONS) -> dict:
     from shallowmirror.engine.batch import SourcePartition
     from shallowmirror.engine.engine import MirrorEngine
     from shallowmirror.engine.offsets import OffsetMap
@@ -172,13 +175,13 @@ async def run_once(frames: list[bytes], per_round: int, end: int) -> dict:
                           topics=[TOPIC], settings={"producer.id": 7,
                                                     "fetch.session.enable": "false"})
     engine.runtime.loop = asyncio.get_running_loop()
-    engine.sources.start(FakeCluster(FakeSourceConnection(frames, per_round)))
-    await engine.sinks.start(FakeCluster(FakeTargetConnection()))
+    engine.sources.start(FakeCluster(FakeSourceConnection(frames, per_round), partitions))
+    await engine.sinks.start(FakeCluster(FakeTargetConnection(partitions), partitions))
     engine.ready = True
     Clock.fake_s = 0.0
     cpu0, t0 = time.process_time(), time.monotonic()
     sps = []
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         sp = SourcePartition(TOPIC, p, 0, engine.offset_map(TOPIC, p))
         engine.partitions[sp.tp] = sp
         sps.append(sp)
@@ -217,10 +220,10 @@ def child(args: argparse.Namespace) -> None:
     tune_for_mirroring()
     batch, count = template_batch(args.batch_bytes)
     per_fetch = max(1, (1 << 20) // len(batch))
-    rounds = max(1, args.batches // (per_fetch * PARTITIONS))
-    frames = fetch_frames(batch, count, per_fetch, rounds)
+    rounds = max(1, args.batches // (per_fetch * args.partitions))
+    frames = fetch_frames(batch, count, per_fetch, rounds, args.partitions)
     end = rounds * per_fetch * count
-    result = asyncio.run(run_once(frames, per_fetch * count, end))
+    result = asyncio.run(run_once(frames, per_fetch * count, end, args.partitions))
     result["batch_bytes"] = len(batch)
     print(json.dumps(result), flush=True)
 
@@ -231,6 +234,8 @@ def main() -> int:
                         help="bytes per batch (5800: what a 16 KiB lz4 producer batch of "
                              "300-byte values weighs)")
     parser.add_argument("--batches", type=int, default=22224)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS,
+                        help="partitions of the fake topic: a request carries one batch of each")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", metavar="DIR")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -247,7 +252,8 @@ def main() -> int:
             env = {**os.environ, "PYTHONPATH": path}
             out = subprocess.run(
                 [sys.executable, __file__, "--child", "--batch-bytes", str(args.batch_bytes),
-                 "--batches", str(args.batches)], env=env, check=True, capture_output=True,
+                 "--batches", str(args.batches), "--partitions", str(args.partitions)],
+                env=env, check=True, capture_output=True,
                 text=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             results[name].append(r)
