@@ -26,8 +26,8 @@ times, side by side:
    source's ends must add up to the records loaded, so a mirror phase cannot "finish" at once.
 With ``--baseline DIR`` the produce-only and mirror phases also run with ``PYTHONPATH=DIR`` (an
 exported older tree, e.g. ``git archive <commit> shallowmirror | tar -x -C DIR`` plus its built
-codec), interleaved with the current code's runs on the same topics and brokers: before/after
-side by side, one row each ("base" and "new").
+codec), interleaved with the current code's runs on the same topics and brokers (which code runs first
+alternates per repeat): before/after side by side, one row each ("base" and "new").
 Each phase records its process's CPU and the started brokers' CPU (psutil on their pids) over the
 same window. Prints one row per codec (medians over the repeats) and appends every run as a JSON
 object to ``--out``.
@@ -331,8 +331,11 @@ def main() -> int:
             ends = _source_ends(source, topic, records)
             total_bytes, total_batches = _bytes_of(source, topic)
             runs: dict[str, list] = {name: [] for name, _ in variants}
+            # The order alternates per repeat: the first run after the load is the slowest
+            # (the brokers are still flushing), and it must not always be the same code's.
             for rep, (name, pythonpath) in ((r, v) for r in range(args.repeat)
-                                            for v in variants):
+                                            for v in (variants if r % 2 == 0
+                                                      else variants[::-1])):
                 run = {"code": name, "pythonpath": pythonpath, "codec": codec, "records": records, "compressed_bytes": total_bytes,
                        "batch_bytes": batch_bytes, "value_bytes": args.value_bytes,
                        "batches": total_batches, "broker": flavor,
