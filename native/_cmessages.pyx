@@ -28,7 +28,12 @@ Wire layout (summary; see the twin for the table)
 """
 
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (
+    PyBUF_SIMPLE,
+    PyBuffer_IsContiguous,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
 from cpython.bytearray cimport (
     PyByteArray_CheckExact,
     PyByteArray_FromStringAndSize,

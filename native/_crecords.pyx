@@ -113,7 +113,7 @@ cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 # CRC-32C is linear: crc(new) = crc(old) ^ L(delta of the covered header bytes, then n zero
 # bytes), L(d + zeros(n)) = L(d) * x**(8n) mod P. Written here rather than taken from a library
 # because it is the per-batch hot path (the crc32c package has no combine/shift) and it is 40
-# table lookups plus at most five 32-bit carry-less products, independent of the batch's size:
+# table lookups plus at most four 32-bit carry-less products, independent of the batch's size:
 # x**(8n) is the product of one table entry per non-zero byte of n (``_X8N``).
 cdef enum:
     CRC32C_POLY = 0x82F63B78          # bit-reflected Castagnoli polynomial
@@ -517,7 +517,7 @@ cdef object _INT32_MIN = -(1 << 31), _INT32_MAX = (1 << 31) - 1
 cdef object _INT64_MIN = -(1 << 63), _INT64_MAX = (1 << 63) - 1
 cdef int64_t C_INT16_MIN = -(1 << 15), C_INT16_MAX = (1 << 15) - 1
 cdef int64_t C_INT32_MIN = -(1 << 31), C_INT32_MAX = (1 << 31) - 1
-cdef int64_t C_INT64_MIN = -0x7FFFFFFFFFFFFFFF - 1, C_INT64_MAX = 0x7FFFFFFFFFFFFFFF
+cdef int64_t C_INT64_MIN = -INT64_MAX_C - 1
 
 
 cdef object _as_int(str name, object value, object low, object high):
@@ -629,7 +629,7 @@ cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
             f"batch has offset gaps (record count {batch.record_count}, last offset delta "
             f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
             Where(offset=batch.base_offset, position=batch.position))
-    cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, C_INT64_MAX)
+    cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, INT64_MAX_C)
     cdef int16_t epoch = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN,
                                          C_INT16_MAX)
     cdef int32_t seq = <int32_t>_c_int("base_sequence", base_sequence, C_INT32_MIN, C_INT32_MAX)
