@@ -288,7 +288,8 @@ def _count(cluster, topic: str) -> int:
 def test_deep_lag_after_sigterm_counts_every_partition(source_cluster, target_cluster,
                                                         tmp_path, unique_topic, moment):
     """SIGTERM right at assignment is when partitions have no Fetch answer yet: their lag was
-    left out of the sum (CI caught it under load); now it is waited for, or said unknown."""
+    left out of the sum (CI caught it under load); now it is waited for (2 s), or said unknown.
+    Under heavy load a first Fetch can take longer than that, so both outcomes are checked."""
     topic = unique_topic("deeplag")
     total = load(source_cluster, Workload(topic, records=300_000, partitions=8, value_bytes=100,
                                           codec="zstd")).record_count
@@ -315,8 +316,20 @@ def test_deep_lag_after_sigterm_counts_every_partition(source_cluster, target_cl
     mirrored = _count(target_cluster, f"A.{topic}")
     if mirrored == total:
         pytest.skip("the deep path finished before SIGTERM: nothing left to measure")
+    if flow["lag_unknown"]:
+        # Not measured in time: said so, never left out of a sum presented as the whole.
+        assert moment == "at assignment", flow      # records arrived: every partition fetched
+        unknown = flow["lag_unknown"]
+        assert 0 < unknown <= 8, flow
+        if flow["lag"] is None:          # no partition measured at all
+            assert "lag unknown" in mirror.log()
+            return
+        assert flow["lag"] <= total - mirrored, (flow, total, mirrored)
+        noun = "partition" if unknown == 1 else "partitions"
+        assert (f"lag at least {flow['lag']:,} records ({unknown} {noun} not measured "
+                "yet)") in mirror.log()
+        return
     # Every record not mirrored is counted, in every partition: the lag is not a partial sum.
-    assert flow["lag_unknown"] == 0, flow
     assert flow["lag"] == total - mirrored, (flow, total, mirrored)
     assert f"lag {total - mirrored:,} records" in mirror.log()
 
