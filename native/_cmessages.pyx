@@ -729,7 +729,6 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
     cdef int64_t total = 0
     cdef int64_t size
     cdef Py_ssize_t n_batches
-    cdef list pieces
     cdef bytes chunk
     w.i16(PRODUCE_API_KEY)
     w.i16(<int16_t>version)
@@ -762,20 +761,16 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
                     f"partition {topic}-{partition} has {n_batches} batches: stock Kafka "
                     "accepts exactly one RecordBatch per partition in Produce v3+ "
                     "(pass allow_multiple_batches=True only for brokers that accept KIP-712)")
-            size = 0
-            pieces = None       # only for batches given as other iterables: read them once
             for batch in batches:
                 if not (PyList_CheckExact(batch) or PyTuple_CheckExact(batch)):
-                    pieces = []
+                    # A batch given as another iterable is read twice below: read it once here.
+                    batches = [b if PyList_CheckExact(b) or PyTuple_CheckExact(b) else tuple(b)
+                               for b in batches]
                     break
+            size = 0
+            for batch in batches:
                 for piece in batch:
                     size += _nbytes(piece)
-            if pieces is not None:
-                size = 0
-                for batch in batches:
-                    for piece in batch:
-                        size += _nbytes(piece)
-                        pieces.append(piece)
             if size > _INT32_MAX:
                 raise ValueError(f"partition {topic}-{partition}: {size} bytes of records "
                                  "exceed the int32 size field")
@@ -790,11 +785,8 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
             else:
                 out.append(chunk)
             total += PyBytes_GET_SIZE(chunk) + size
-            if pieces is not None:
-                out.extend(pieces)
-            else:
-                for batch in batches:
-                    out.extend(batch)
+            for batch in batches:
+                out.extend(batch)
             if flexible:
                 w.byte(0)      # partition tagged fields
         if flexible:

@@ -512,8 +512,6 @@ cdef bint _is_abort_marker(BatchView batch) except -1:
 
 
 # Python ints, built once: the range checks must accept any int and raise ValueError as the twin.
-cdef object _INT16_MIN = -(1 << 15), _INT16_MAX = (1 << 15) - 1
-cdef object _INT32_MIN = -(1 << 31), _INT32_MAX = (1 << 31) - 1
 cdef object _INT64_MIN = -(1 << 63), _INT64_MAX = (1 << 63) - 1
 cdef int64_t C_INT16_MIN = -(1 << 15), C_INT16_MAX = (1 << 15) - 1
 cdef int64_t C_INT32_MIN = -(1 << 31), C_INT32_MAX = (1 << 31) - 1
