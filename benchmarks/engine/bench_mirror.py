@@ -26,8 +26,8 @@ times, side by side:
    source's ends must add up to the records loaded, so a mirror phase cannot "finish" at once.
 With ``--baseline DIR`` the produce-only and mirror phases also run with ``PYTHONPATH=DIR`` (an
 exported older tree, e.g. ``git archive <commit> shallowmirror | tar -x -C DIR`` plus its built
-codec), interleaved with the current code's runs on the same topics and brokers (which code runs first
-alternates per repeat): before/after side by side, one row each ("base" and "new").
+codec), interleaved with the current code's runs on the same topics and brokers (which code
+runs first alternates per repeat): before/after side by side, one row each ("base" and "new").
 Each phase records its process's CPU and the started brokers' CPU (psutil on their pids) over the
 same window. Prints one row per codec (medians over the repeats) and appends every run as a JSON
 object to ``--out``.
@@ -315,7 +315,8 @@ def main() -> int:
     broker_pids = [c.pid for c in clusters] if ctx is not None else []
     print(f"brokers {flavor}; codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; "
           f"buffer.memory "
-          f"{args.buffer_memory}; partitions {args.partitions}; repeat {args.repeat}; settings {args.set}; mirror settings {args.mirror_set}; "
+          f"{args.buffer_memory}; partitions {args.partitions}; repeat {args.repeat}; "
+          f"settings {args.set}; mirror settings {args.mirror_set}; "
           f"load average {os.getloadavg()[0]:.1f}")
     variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
     print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "

@@ -6,8 +6,8 @@ acknowledgement, without sockets or brokers (so without their noise).
 
 A ``MirrorEngine`` (real sources, sinks, planner, stamping, encoder, offsets, acknowledgement) runs
 against two in-process FAKE clusters that answer instantly: the source connection returns
-pre-encoded Fetch response frames (``--partitions``, 8 by default, about 1 MiB of batches each per fetch, plain
-v2 batches of ``--batch-bytes``, all partitions in step), the target connection answers every
+pre-encoded Fetch response frames (``--partitions``, 8 by default, about 1 MiB of batches each
+per fetch, plain v2 batches of ``--batch-bytes``, all partitions in step), the target answers every
 Produce request with one pre-encoded success frame. Time spent inside the fakes is measured and
 subtracted. Prints CPU microseconds per batch and per MB for each run; ``--baseline DIR`` runs the
 same in a child with ``PYTHONPATH=DIR`` (an older tree), interleaved. The real figure (with the

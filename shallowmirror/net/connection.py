@@ -32,8 +32,8 @@ it, or ``send_with_callback``, whose callback gets the response frame on the eve
 read it: no turn for a future's callbacks) takes a list of buffers
 (``codec.encode_produce_request`` output). On a plaintext connection whose transport has nothing
 queued it calls ``socket.sendmsg`` on them directly — payload pieces are not joined (Python
-3.11's ``transport.writelines`` would join) — and queues only what the kernel did not take. TLS encrypts anyway, so there the pieces go through
-``transport.writelines``.
+3.11's ``transport.writelines`` would join) — and queues only what the kernel did not take. TLS
+encrypts anyway, so there the pieces go through ``transport.writelines``.
 
 Out of scope: throttling (``throttle_time_ms`` is returned to the caller untouched), KIP-368 SASL
 re-authentication, GSSAPI/OAUTHBEARER.
