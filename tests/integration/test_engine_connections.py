@@ -127,9 +127,16 @@ def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(
                               "fetch.max.wait.ms": 100, "retry.backoff.ms": 10,
                               "retry.backoff.max.ms": 50, "target.connections.per.broker": 2})
 
+    def lane_one_open() -> bool:
+        return any(s.lane == 1 and engine.sinks.live_connection(s.node_id, 1) is not None
+                   for s in engine.sinks.values())
+
     def drop_connections_now_and_then(ack) -> None:
         acks.append(ack)
-        if len(acks) % 12 == 0 and len(drops) < 4:
+        # Every 12 acknowledgements, and only while lane 1's connection is open: each drop then
+        # sends lane 1's next request through the waiting path, however load paces the lanes
+        # (two drops between two lane-1 requests would be one wait).
+        if len(acks) >= 12 * (len(drops) + 1) and len(drops) < 4 and lane_one_open():
             live = list(engine.target.live_connections())
             drops.append(len(live))
             for conn in live:
