@@ -523,14 +523,17 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
     from shallowmirror.rdkafka_logs import with_log_config
 
     # librdkafka's log lines (a broker closing an idle connection...) go to logging, not stderr.
-    consumer = Consumer(with_log_config({
-        "bootstrap.servers": clusters.target, "group.id": f"probe-{run_id}",
-        "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 10}))
-    consumer.assign([TopicPartition(target_latency_topic, 0, OFFSET_BEGINNING)])
-    producer = Producer(with_log_config({"bootstrap.servers": clusters.source, "linger.ms": 0}))
+    consumer = producer = None
     samples: list[float] = []
     sent = 0
     try:
+        # Built inside the try: Ctrl-C between the two must still close the first.
+        consumer = Consumer(with_log_config({
+            "bootstrap.servers": clusters.target, "group.id": f"probe-{run_id}",
+            "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 10}))
+        consumer.assign([TopicPartition(target_latency_topic, 0, OFFSET_BEGINNING)])
+        producer = Producer(with_log_config({"bootstrap.servers": clusters.source,
+                                             "linger.ms": 0}))
         # Warm-up probe, not counted: connections, metadata and the consumer's first fetch
         # position would otherwise land in the first sample.
         producer.produce(latency_topic, json.dumps({"run": run_id, "i": -1}).encode(),
@@ -563,8 +566,10 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
                 if probe.get("run") == run_id and probe["i"] >= 0:
                     samples.append(round((arrived - probe["sent"]) * 1000, 3))
     finally:
-        producer.flush(5)
-        consumer.close()
+        if producer is not None:
+            producer.flush(5)
+        if consumer is not None:
+            consumer.close()
     return samples
 
 

@@ -302,12 +302,14 @@ def _partitions_answer(admin: Any, topic: str, partitions: int) -> bool:
 
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest()
                                   for p in range(partitions)}, request_timeout=10)
-    try:
-        for future in futures.values():
-            future.result()
-    except KafkaException:
-        return False
-    return True
+    # exception(), not result(): a raised error would keep this frame (and the caller's admin
+    # client, with its broker connections) alive in a cycle until the garbage collector runs.
+    errors = [future.exception() for future in futures.values()]
+    futures.clear()
+    for err in errors:
+        if err is not None and not isinstance(err, KafkaException):
+            raise type(err)(*err.args)
+    return not any(errors)
 
 
 def _producer_config(base: Mapping[str, Any], w: Workload) -> dict[str, Any]:

@@ -8,10 +8,14 @@ the source's records (keys, values, headers, timestamps). No timing thresholds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import KafkaException
 
 from shallowmirror.bench import topics as bench_topics
 from shallowmirror.bench.matrix import expand
@@ -106,6 +110,41 @@ def test_bench_runs_every_mode_on_a_tiny_workload(source_cluster, target_cluster
 def _last_of(records: list[dict], r: dict) -> dict:
     """Only the last run writing to a target topic left it intact (later runs re-create it)."""
     return [x for x in records if x["target_topic"] == r["target_topic"]][-1]
+
+
+def _admin_threads() -> int:
+    """librdkafka's background thread ("rdk:bg"): one per live AdminClient in this process."""
+    import os
+
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as comm:
+            names.append(comm.read().strip())
+    return names.count("rdk:bg")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_recreating_a_topic_leaves_no_admin_client_alive(target_cluster, unique_topic):
+    """The first delete of a topic that does not exist fails with UNKNOWN_TOPIC, which recreate
+    expects. Raised from its future, that error kept the AdminClient alive in a reference
+    cycle until the garbage collector ran; tansu then waited 5 s for its connection at stop,
+    and an interrupted bench lingered. Now the client goes when the call returns."""
+    topic = unique_topic("bench-recreate")
+    gc.collect()
+    before = _admin_threads()
+    gc.disable()                        # a collection must not be what frees it
+    try:
+        bench_topics.recreate(target_cluster.bootstrap, topic, 2)   # delete: UNKNOWN_TOPIC
+        bench_topics.recreate(target_cluster.bootstrap, topic, 2)   # delete: a real one
+        deadline = time.monotonic() + 5    # librdkafka joins its threads on destroy
+        while _admin_threads() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _admin_threads() == before
+    finally:
+        gc.enable()
+    with pytest.raises(KafkaException) as failed:      # errors still raise, as themselves
+        bench_topics.create(target_cluster.bootstrap, topic, 2)
+    assert failed.value.args[0].code() == 36, failed.value     # TOPIC_ALREADY_EXISTS
 
 
 def test_bad_configuration_is_reported_before_anything_runs():
