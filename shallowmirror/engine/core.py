@@ -131,46 +131,17 @@ class EngineCore:
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Mirror until ``stop`` is set (or a fatal error); commit on the way out."""
+        """Mirror until ``stop`` is set (or a fatal error); commit on the way out. A stop during
+        start-up (a cluster not answering yet, a group join held by the broker) ends it at once,
+        not after ``reconnect.deadline.ms``."""
         stop = stop or asyncio.Event()
-        self.runtime.loop = loop = asyncio.get_running_loop()
-        startup = self.runtime.startup = StartupTimeline()
+        self.runtime.loop = asyncio.get_running_loop()
+        self.runtime.startup = StartupTimeline()
         self.source = self.cluster_factory(self.source_config, self.source_alias)
         self.target = self.cluster_factory(self.target_config, self.target_alias)
         try:
-            await self.source.start()
-            startup.mark("source metadata")
-            await self.target.start()
-            startup.mark("target metadata")
-            self.sources.start(self.source)
-            await self.sinks.start(self.target)
-            if self.settings["resume.from.target"] and self.routes_by_partition \
-                    and not self.exactly_once:     # exactly-once resumes from its target group
-                self.resume = TargetResume(
-                    self.source, self.target, group_id=self.group_id,
-                    read_committed=self.settings["isolation.level"] == "read_committed")
-                self.resume_start = ResumeStart(
-                    self.resume, self.runtime, self.sources, self.partitions, where=self._where,
-                    source_alias=self.source_alias, group_id=self.group_id)
-            startup.mark("producer id")
-            self.membership = self.membership_factory(
-                self.source_config, group_id=self.group_id,
-                mode=self.settings["partition.assignment"],
-                session_timeout_ms=self.settings["session.timeout.ms"],
-                heartbeat_interval_ms=self.settings["heartbeat.interval.ms"], loop=loop,
-                on_assigned=self._on_assigned, on_revoked=self._on_revoked,
-                source_alias=self.source_alias, on_failed=self._membership_failed,
-                group_instance_id=self.settings["group.instance.id"])
-            self.membership.start([])
-            source = Where(cluster=self.source_alias)
-            self.supervisor.spawn_loop(
-                lambda: self.discovery.run(self.source, self.membership),
-                what="topic discovery", where=source)
-            self.supervisor.spawn_loop(self._commit_loop, what="offset commits", where=source)
-            self.supervisor.spawn_loop(lambda: self.metrics.run(lambda: self.runtime.stopping),
-                                       what="metrics", where=source)
-            self.ready = True
-            self.runtime.progress.notify()
+            if not await self._start_unless_stopped(stop):
+                return
             stopped = asyncio.ensure_future(stop.wait())
             failed = asyncio.ensure_future(self._failed.wait())
             await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
@@ -180,6 +151,67 @@ class EngineCore:
             await self._shutdown()
         if self._fatal is not None:
             raise self._fatal
+
+    async def _start_unless_stopped(self, stop: asyncio.Event) -> bool:
+        """``_start`` raced against ``stop``: False if the stop came first (start-up cancelled,
+        nothing mirrored); start-up's own errors are raised."""
+        starting = asyncio.ensure_future(self._start())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:                         # also when run() itself is cancelled
+            stopped.cancel()
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+        if not starting.cancelled():
+            starting.result()            # start-up's error, if it ended with one
+            return True
+        reached = self.runtime.startup.text()
+        log.info("cluster %s -> %s: stopped during start-up (%s); nothing was mirrored",
+                 self.source_alias, self.target_alias,
+                 f"phases done: {reached}" if reached else "clusters not reached yet")
+        return False
+
+    async def _start(self) -> None:
+        """Connect to both clusters, set the producer identity up, join the group and start the
+        background loops; ``ready`` once done."""
+        assert self.source is not None and self.target is not None
+        startup = self.runtime.startup
+        await self.source.start()
+        startup.mark("source metadata")
+        await self.target.start()
+        startup.mark("target metadata")
+        self.sources.start(self.source)
+        await self.sinks.start(self.target)
+        if self.settings["resume.from.target"] and self.routes_by_partition \
+                and not self.exactly_once:     # exactly-once resumes from its target group
+            self.resume = TargetResume(
+                self.source, self.target, group_id=self.group_id,
+                read_committed=self.settings["isolation.level"] == "read_committed")
+            self.resume_start = ResumeStart(
+                self.resume, self.runtime, self.sources, self.partitions, where=self._where,
+                source_alias=self.source_alias, group_id=self.group_id)
+        startup.mark("producer id")
+        self.membership = self.membership_factory(
+            self.source_config, group_id=self.group_id,
+            mode=self.settings["partition.assignment"],
+            session_timeout_ms=self.settings["session.timeout.ms"],
+            heartbeat_interval_ms=self.settings["heartbeat.interval.ms"],
+            loop=self.runtime.loop, on_assigned=self._on_assigned, on_revoked=self._on_revoked,
+            source_alias=self.source_alias, on_failed=self._membership_failed,
+            group_instance_id=self.settings["group.instance.id"])
+        self.membership.start([])
+        source = Where(cluster=self.source_alias)
+        self.supervisor.spawn_loop(
+            lambda: self.discovery.run(self.source, self.membership),
+            what="topic discovery", where=source)
+        self.supervisor.spawn_loop(self._commit_loop, what="offset commits", where=source)
+        self.supervisor.spawn_loop(lambda: self.metrics.run(lambda: self.runtime.stopping),
+                                   what="metrics", where=source)
+        self.ready = True
+        self.runtime.progress.notify()
 
     def _membership_failed(self, err: BaseException) -> None:
         """The membership thread ended with ``err`` (called from that thread)."""

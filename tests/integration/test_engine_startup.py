@@ -120,3 +120,42 @@ def test_static_member_stays_in_the_group_across_a_restart(source_cluster, targe
                                              settings=settings))
     assert second.records == 500
     assert "assigned" in second.startup
+
+
+@pytest.mark.parametrize("unreachable", ["source", "target"])
+def test_stop_during_start_up_ends_run_at_once(source_cluster, target_cluster, unique_topic,
+                                               unreachable, caplog):
+    """A stop while one cluster does not answer yet: ``run`` returned only when
+    ``reconnect.deadline.ms`` (120 s) ran out, and then raised the connection error the caller
+    no longer cared about. Now start-up is raced against the stop: run returns, nothing raised,
+    nothing mirrored, and the log says so. The reachable cluster is real, so its side of
+    start-up does happen."""
+    from shallowmirror.engine import MirrorEngine
+    from shallowmirror.testing.embedded import free_port
+
+    topic = unique_topic("stop-start")
+    dead = f"127.0.0.1:{free_port()}"
+    source = dead if unreachable == "source" else source_cluster.bootstrap
+    target = dead if unreachable == "target" else target_cluster.bootstrap
+
+    async def scenario():
+        engine = MirrorEngine({"bootstrap.servers": source}, {"bootstrap.servers": target},
+                              topics=[topic], settings={"group.id": group()})
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        await asyncio.sleep(1.5)              # several refused connects, retried
+        assert not task.done() and not engine.ready
+        stop.set()
+        await asyncio.wait_for(task, 20)      # well under reconnect.deadline.ms
+        return engine
+
+    with caplog.at_level("INFO", logger="shallowmirror.engine.core"):
+        engine = asyncio.run(scenario())
+    assert not engine.ready
+    assert engine.stats().records == 0
+    said = [r.getMessage() for r in caplog.records if "stopped during start-up" in r.getMessage()]
+    assert said and "nothing was mirrored" in said[0], caplog.text[-2000:]
+    if unreachable == "target":            # the source answered: its phase is named
+        assert "source metadata" in said[0], said
+    else:
+        assert "clusters not reached yet" in said[0], said
