@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shallowmirror.cli.main import Terminated
 from shallowmirror.testing.embedded import EmbeddedCluster, embedded_clusters
 from shallowmirror.testing.topics import compare_topics, read_topic
 from shallowmirror.testing.workload import CODECS, LoadResult, Workload, load
@@ -167,9 +168,12 @@ def main(argv: list[str] | None = None) -> int:
             ok = verify(target, run.loads, run)
             print()
             print(report(run))
-    except KeyboardInterrupt:
-        print("\ninterrupted; brokers stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        # As every shallowmirror command: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C.
+        terminated = isinstance(interrupt, Terminated)
+        print(f"\n{'terminated (SIGTERM)' if terminated else 'interrupted'}; brokers stopped",
+              file=sys.stderr)
+        return 143 if terminated else 130
     if not ok:
         print("demo FAILED: the target differs from the source", file=sys.stderr)
         return 1
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 if __name__ == "__main__":

@@ -279,17 +279,23 @@ def test_demo_runs_and_stops_its_brokers(tmp_path):
 
 
 @pytest.mark.harness_tansu
-def test_demo_stops_its_brokers_on_ctrl_c():
+@pytest.mark.parametrize(("signum", "code", "said"), [
+    (signal.SIGINT, 130, "interrupted; brokers stopped"),
+    (signal.SIGTERM, 143, "terminated (SIGTERM); brokers stopped"),   # as every CLI command
+])
+def test_demo_stops_its_brokers_on_ctrl_c(signum, code, said):
     proc = _demo("--records", "200000")
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         pids = _demo_broker_pids("".join(lines))
         assert len(pids) == 2, lines
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert proc.returncode == 130
+    assert proc.returncode == code, err
+    assert err.strip().endswith(said), err[-2000:]
+    assert "Traceback" not in err
     assert all(pid_gone(pid) for pid in pids)
