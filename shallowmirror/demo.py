@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shallowmirror.cli.main import Terminated
+from shallowmirror.cli.main import Terminated, terminate_like_ctrl_c
 from shallowmirror.testing.embedded import EmbeddedCluster, embedded_clusters
 from shallowmirror.testing.topics import compare_topics, read_topic
 from shallowmirror.testing.workload import CODECS, LoadResult, Workload, load
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     run = DemoRun()
     # SIGTERM unwinds like Ctrl-C, so the brokers are stopped by the context manager.
-    signal.signal(signal.SIGTERM, _interrupt)
+    terminate_like_ctrl_c()
     try:
         with start_clusters() as (source, target):
             run.loads = load_samples(source, args.records)
@@ -178,10 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         print("demo FAILED: the target differs from the source", file=sys.stderr)
         return 1
     return 0
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise Terminated
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from shallowmirror.testing.topics import admin_errors
+
 _UNKNOWN_TOPIC = 3
 _TOPIC_EXISTS = 36
 
@@ -58,15 +60,9 @@ def recreate(bootstrap: str, topic: str, partitions: int, *, timeout_s: float = 
 
 
 def _raise_first(futures: dict, ignore: int | None = None) -> None:
-    """Wait for an admin request's futures; raise the first error (but ``ignore``'s code).
-
-    Read with ``exception()`` and raised as a copy: the future's own exception raised here
-    would put this frame in the traceback the future keeps, a cycle that keeps the AdminClient
-    (its threads and broker connections) alive until the garbage collector runs. tansu waits
-    5 s for open connections when it is stopped, so an interrupted bench lingered on them."""
-    errors = [future.exception() for future in futures.values()]
-    futures.clear()
-    for err in errors:
+    """Wait for an admin request's futures; raise the first error (but ``ignore``'s code), as
+    a copy (``admin_errors`` says why: else an interrupted bench lingered on tansu's stop)."""
+    for err in admin_errors(futures):
         if err is None or (ignore is not None and isinstance(err, KafkaException)
                            and err.args[0].code() == ignore):
             continue

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    _terminate_like_ctrl_c()
+    terminate_like_ctrl_c()
     try:
         return int(args.func(args) or 0)
     except Terminated:
@@ -80,7 +80,7 @@ class Terminated(KeyboardInterrupt):
     temporary files, child processes) for ``kill`` and ``timeout`` as it does for Ctrl-C."""
 
 
-def _terminate_like_ctrl_c() -> None:
+def terminate_like_ctrl_c() -> None:
     """Unless SIGTERM is already handled: commands with their own graceful stop (``mirror``,
     ``brokers``) install theirs later and replace this one."""
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:

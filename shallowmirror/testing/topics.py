@@ -68,6 +68,19 @@ def client_config(cluster_or_config: Any) -> dict[str, Any]:
     raise TypeError(f"expected a bootstrap string, a config dict or a cluster, got {cluster_or_config!r}")
 
 
+def admin_errors(futures: dict) -> list[BaseException | None]:
+    """Wait for an AdminClient request's futures; each one's error (None: it succeeded).
+
+    Read with ``exception()``, not ``result()``, and the dict emptied: an error raised from its
+    future would put the caller's frame in the traceback the future keeps, a cycle that keeps
+    the AdminClient (its threads and broker connections) alive until the garbage collector runs.
+    tansu waits 5 s for connected clients when it is stopped. Raise a copy
+    (``type(err)(*err.args)``) rather than the error itself, for the same reason."""
+    errors = [future.exception() for future in futures.values()]
+    futures.clear()
+    return errors
+
+
 def wait_for_partitions(admin: Any, topic: str, partitions: int, timeout_s: float = 15) -> bool:
     """Poll Metadata (confluent-kafka ``AdminClient``) until ``topic`` has ``partitions`` partitions,
     each with a leader. Kafka publishes a created or widened topic to its metadata cache a little

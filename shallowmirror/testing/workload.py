@@ -35,6 +35,7 @@ from shallowmirror.rdkafka_logs import with_log_config
 from shallowmirror.testing.topics import (
     TIMESTAMP_CREATE_TIME,
     Record,
+    admin_errors,
     client_config,
 )
 
@@ -302,10 +303,7 @@ def _partitions_answer(admin: Any, topic: str, partitions: int) -> bool:
 
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest()
                                   for p in range(partitions)}, request_timeout=10)
-    # exception(), not result(): a raised error would keep this frame (and the caller's admin
-    # client, with its broker connections) alive in a cycle until the garbage collector runs.
-    errors = [future.exception() for future in futures.values()]
-    futures.clear()
+    errors = admin_errors(futures)
     for err in errors:
         if err is not None and not isinstance(err, KafkaException):
             raise type(err)(*err.args)
