@@ -134,7 +134,11 @@ class FakeTargetConnection:
         loop.call_soon(lambda: future.done() or future.set_result(self.frame))  # a later turn
         return future
 
-    def send_with_callback(self, buffers, cid, callback, timeout_ms=None) -> None:
+    def coalesce_answers(self, answers: int) -> None:
+        pass
+
+    def send_with_callback(self, buffers, cid, callback, timeout_ms=None,
+                           min_response_bytes=0) -> None:
         # The answer comes on a later turn, as from a socket: the callback runs on it.
         asyncio.get_running_loop().call_soon(callback, self.frame, None)
 

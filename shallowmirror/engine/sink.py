@@ -17,6 +17,11 @@ one request per round (measured on Kafka 3.7: two lanes made a 256 KiB-batch mir
 faster and a 16 KiB-batch one 10-30% slower). The acknowledgements of one response go to the
 engine in one call.
 
+With several requests in flight the connection wakes the loop once two answers are there, not
+for each (``target.answers.per.wakeup``: the socket's SO_RCVLOWAT is set from a lower bound of
+the answers' sizes, ``net.protocol.produce_response_min_bytes``): a wake-up costs more than a
+small request's own work, and the requests still in flight keep the broker busy meanwhile.
+
 Sending costs no task: when the lane's connection is open, the loop encodes and writes the
 request itself and the response is applied in its future's done callback (a task per request
 cost about 5x that). Only when the connection must be opened first does a task wait for it and
@@ -65,7 +70,7 @@ from shallowmirror.errors import (
     broker_error_info,
 )
 from shallowmirror.net import BrokerConnection, Cluster
-from shallowmirror.net.protocol import versions
+from shallowmirror.net.protocol import produce_response_min_bytes, versions
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +149,7 @@ class Sink:
             self.max_requests
         self.allow_multiple = s["multiple.batches.per.partition"]
         self.timeout_ms = s["request.timeout.ms"]
+        self.answers_per_wakeup = s["target.answers.per.wakeup"]
         self.requests_sent = 0
         #: A request's task waits for the connection (nothing more is planned meanwhile).
         self.connecting = False
@@ -293,11 +299,13 @@ class Sink:
         return where_of(self.owner.alias, (ttp for ttp, _ in picks))
 
     def _encode(self, conn: BrokerConnection,
-                picks: list[tuple[TTP, FetchedBatch]]) -> tuple[int, int, list]:
-        """(Produce version, correlation id, request buffers) for ``picks`` on ``conn``."""
+                picks: list[tuple[TTP, FetchedBatch]]) -> tuple[int, int, list, int]:
+        """(Produce version, correlation id, request buffers, the least bytes its answer can
+        have, 0 when unused) for ``picks`` on ``conn``."""
         if conn is not self._versioned:      # asked once per connection, not per request
             self._version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
             self._versioned = conn
+            conn.coalesce_answers(self.answers_per_wakeup)
         version = self._version
         topics: dict[str, list] = {}
         for (topic, partition), batch in picks:
@@ -313,7 +321,11 @@ class Sink:
             timeout_ms=self.timeout_ms, topics=list(topics.items()),
             allow_multiple_batches=self.allow_multiple)
         self.requests_sent += 1
-        return version, cid, buffers
+        answer_bytes = 0
+        if self.answers_per_wakeup > 1:
+            answer_bytes = produce_response_min_bytes(
+                version, [(topic, len(parts)) for topic, parts in topics.items()])
+        return version, cid, buffers, answer_bytes
 
     # ---- fast path: an open connection, the response applied by the connection's callback ----
     def _send_now(self, conn: BrokerConnection, picks: list[tuple[TTP, FetchedBatch]]) -> None:
@@ -321,8 +333,9 @@ class Sink:
         self._tokens += 1
         token = self._tokens
         try:
-            version, cid, buffers = self._encode(conn, picks)
-            conn.send_with_callback(buffers, cid, functools.partial(self._on_answer, token))
+            version, cid, buffers, answer_bytes = self._encode(conn, picks)
+            conn.send_with_callback(buffers, cid, functools.partial(self._on_answer, token),
+                                    min_response_bytes=answer_bytes)
         except Exception as err:         # the connection broke under the write, or a bug
             self._settle_outside_task(picks, 0, None, err)
             return

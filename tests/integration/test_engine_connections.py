@@ -7,6 +7,7 @@ with small batches share the first (spreading them would only make smaller reque
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 from engine_support import create_target, group, load_topic, raw_batches
@@ -163,3 +164,42 @@ def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(
         # Acknowledged once per batch, in source order, resends included.
         mine = [a.source_base for a in acks if a.source_partition == p]
         assert mine == [b.base_offset for b in src_batches[p]]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wake marks are Linux-only")
+def test_answers_coalesced_on_the_target_connection_lose_and_delay_nothing(
+        source_cluster, target_cluster, unique_topic):
+    # Small batches keep several Produce requests in flight on one connection: the mirror then
+    # waits for two answers per wake-up (target.answers.per.wakeup=2, the default). Every answer
+    # must be at least the size the wake mark counted on (else the connection would stop
+    # coalescing, or wait), and the copy stays exact.
+    topic = unique_topic("coalesced")
+    load_topic(source_cluster, topic, 40_000, codec="lz4", partitions=8, batch_bytes=16_384,
+               value_bytes=300)
+    create_target(target_cluster, topic, 8)
+    engine = MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
+                          topics=[topic], settings={
+                              "partition.assignment": "all", "group.id": group(),
+                              "fetch.max.wait.ms": 100})
+    marks: list[tuple[int, int]] = []
+
+    async def mirror() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        try:
+            await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
+            assert await engine.wait_caught_up(120), engine.stats()
+            for sink in engine.sinks.values():
+                proto = sink._versioned._protocol if sink._versioned is not None else None
+                if proto is not None:
+                    marks.append((proto.lowat_raised, proto.bound_broken))
+        finally:
+            stop.set()
+            await task
+
+    asyncio.run(mirror())
+    assert marks and all(broken == 0 for _raised, broken in marks), marks
+    assert any(raised > 0 for raised, _broken in marks), f"never two answers awaited: {marks}"
+    source = read_topic(source_cluster.client_config(), topic)
+    target = read_topic(target_cluster.client_config(), topic)
+    assert_same_records(source, target, topic=topic)

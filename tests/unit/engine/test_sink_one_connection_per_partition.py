@@ -59,7 +59,11 @@ class FakeConnection:
         self.cid += 1
         return self.cid
 
-    def send_with_callback(self, buffers, cid, callback, timeout_ms=None) -> None:
+    def coalesce_answers(self, answers: int) -> None:
+        pass
+
+    def send_with_callback(self, buffers, cid, callback, timeout_ms=None,
+                           min_response_bytes=0) -> None:
         self.requests.append((buffers, callback))
 
     def carries(self, index: int, batch: FetchedBatch) -> bool:
