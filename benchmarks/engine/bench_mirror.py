@@ -199,6 +199,7 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
     start = ps.cpu_times()
     startup_cpu = start.user + start.system      # interpreter + imports + connect: not per GB
     ready_rss = ps.memory_info().rss             # the fixed base: before anything is fetched
+    switches0 = sum(ps.num_ctx_switches())       # each one a wake-up (or a preemption)
     brokers, mine = CpuWindow(broker_pids), CpuWindow([proc.pid])
     brokers.start()
     mine.start()
@@ -221,9 +222,11 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
     wall = time.monotonic() - t0
     t = ps.cpu_times()
     cpu = t.user + t.system
+    switches = sum(ps.num_ctx_switches()) - switches0
     broker_cpu = brokers.stop()
     mine.stop()
     return {"wall_s": wall, "cpu_s": cpu - startup_cpu, "startup_cpu_s": startup_cpu,
+            "context_switches": switches,
             "peak_rss_bytes": peak_rss, "ready_rss_bytes": ready_rss,
             "broker_cpu_s": broker_cpu, "wait_s": mine.wait_s[0],
             "broker_wait_s": brokers.wait_s}
