@@ -19,13 +19,16 @@ from shallowmirror.testing.topics import assert_same_records, read_topic
 pytestmark = pytest.mark.integration
 
 
-async def _mirror_until_caught_up(engine: MirrorEngine):
-    """Run ``engine`` (hooks already added) until it has caught up; its stats."""
+async def _mirror_until_caught_up(engine: MirrorEngine, caught_up=None):
+    """Run ``engine`` (hooks already added) until it has caught up; its stats. ``caught_up()``
+    runs then, before the engine stops."""
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
     try:
         await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
         assert await engine.wait_caught_up(120), engine.stats()
+        if caught_up is not None:
+            caught_up()
     finally:
         stop.set()
         await task
@@ -183,21 +186,14 @@ def test_answers_coalesced_on_the_target_connection_lose_and_delay_nothing(
                               "fetch.max.wait.ms": 100})
     marks: list[tuple[int, int]] = []
 
-    async def mirror() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(engine.run(stop))
-        try:
-            await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
-            assert await engine.wait_caught_up(120), engine.stats()
-            for sink in engine.sinks.values():
-                proto = sink._versioned._protocol if sink._versioned is not None else None
-                if proto is not None:
-                    marks.append((proto.lowat_raised, proto.bound_broken))
-        finally:
-            stop.set()
-            await task
+    def read_marks() -> None:
+        for sink in engine.sinks.values():
+            proto = sink._versioned._protocol if sink._versioned is not None else None
+            if proto is not None:
+                marks.append((proto.lowat_raised, proto.bound_broken))
 
-    asyncio.run(mirror())
+    stats = asyncio.run(_mirror_until_caught_up(engine, read_marks))
+    assert stats.records == 40_000 and not stats.stopped
     assert marks and all(broken == 0 for _raised, broken in marks), marks
     assert any(raised > 0 for raised, _broken in marks), f"never two answers awaited: {marks}"
     source = read_topic(source_cluster.client_config(), topic)

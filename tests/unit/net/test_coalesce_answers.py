@@ -7,9 +7,11 @@ applies it; the real brokers run the whole suite with the marks on)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import sys
+from collections.abc import AsyncIterator
 
 import pytest
 from kafka.protocol.producer import ProduceResponse
@@ -66,14 +68,22 @@ class Server:
         await self.writer.drain()
 
 
-async def connected(server: Server):
+@contextlib.asynccontextmanager
+async def talking() -> AsyncIterator[tuple[Server, BrokerConnection, dict[int, asyncio.Future]]]:
+    """A server, a connection to it that coalesces two answers, and the answers' futures by
+    correlation id (filled by ``send``); all closed on exit."""
+    server = Server()
     listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     conn = BrokerConnection("127.0.0.1", port, client_settings(
         {"bootstrap.servers": f"127.0.0.1:{port}"}, "target"))
-    await conn.connect()
-    conn.coalesce_answers(2)
-    return listener, conn
+    try:
+        await conn.connect()
+        conn.coalesce_answers(2)
+        yield server, conn, {}
+    finally:
+        await conn.close()
+        listener.close()
 
 
 def lowat(conn: BrokerConnection) -> int:
@@ -107,10 +117,7 @@ async def not_before(future: asyncio.Future, seconds: float) -> bool:
 
 def test_two_answers_wake_the_loop_once_and_a_lone_answer_at_once() -> None:
     async def scenario() -> None:
-        server = Server()
-        listener, conn = await connected(server)
-        arrived: dict[int, asyncio.Future] = {}
-        try:
+        async with talking() as (server, conn, arrived):
             first = await send(conn, server, 8, arrived)
             assert lowat(conn) == 1                  # one in flight: every byte wakes
             second = await send(conn, server, 8, arrived)
@@ -124,9 +131,6 @@ def test_two_answers_wake_the_loop_once_and_a_lone_answer_at_once() -> None:
             await server.reply(answer(lone, 3))
             await asyncio.wait_for(arrived[lone], 5)
             assert conn._protocol is not None and conn._protocol.bound_broken == 0
-        finally:
-            await conn.close()
-            listener.close()
 
     asyncio.run(scenario())
 
@@ -135,10 +139,7 @@ def test_answers_of_other_sizes_never_leave_the_socket_waiting() -> None:
     """A small request behind a large one, answers longer than their bound (error texts), and
     an answer arriving in two pieces: each is delivered, none waits for bytes that never come."""
     async def scenario() -> None:
-        server = Server()
-        listener, conn = await connected(server)
-        arrived: dict[int, asyncio.Future] = {}
-        try:
+        async with talking() as (server, conn, arrived):
             big = await send(conn, server, 64, arrived)
             small = await send(conn, server, 1, arrived)
             assert lowat(conn) == len(answer(big, 64)) + len(answer(small, 1))
@@ -158,19 +159,13 @@ def test_answers_of_other_sizes_never_leave_the_socket_waiting() -> None:
             assert [arrived[cid].result()[:4] for cid in (one, two, three)] == [
                 struct.pack(">i", cid) for cid in (one, two, three)]
             assert lowat(conn) == 1
-        finally:
-            await conn.close()
-            listener.close()
 
     asyncio.run(scenario())
 
 
 def test_a_connection_lost_while_waiting_fails_the_requests() -> None:
     async def scenario() -> None:
-        server = Server()
-        listener, conn = await connected(server)
-        arrived: dict[int, asyncio.Future] = {}
-        try:
+        async with talking() as (server, conn, arrived):
             first = await send(conn, server, 8, arrived)
             second = await send(conn, server, 8, arrived)
             await server.reply(answer(first, 8)[:30])      # part of one answer, then gone
@@ -178,9 +173,6 @@ def test_a_connection_lost_while_waiting_fails_the_requests() -> None:
             server.writer.close()
             errors = await asyncio.wait_for(asyncio.gather(arrived[first], arrived[second]), 5)
             assert all(isinstance(e, BaseException) for e in errors)
-        finally:
-            await conn.close()
-            listener.close()
 
     asyncio.run(scenario())
 
@@ -189,10 +181,7 @@ def test_an_answer_below_its_bound_turns_coalescing_off() -> None:
     """The bound is a lower bound by construction (``test_produce_response_size``); should an
     answer ever be shorter, the connection stops coalescing rather than risk waiting."""
     async def scenario() -> None:
-        server = Server()
-        listener, conn = await connected(server)
-        arrived: dict[int, asyncio.Future] = {}
-        try:
+        async with talking() as (server, conn, arrived):
             first = await send(conn, server, 8, arrived)
             second = await send(conn, server, 8, arrived)
             # The first answer covers 1 partition where 8 were announced: the two answers are
@@ -206,9 +195,6 @@ def test_an_answer_below_its_bound_turns_coalescing_off() -> None:
             await server.reply(answer(third, 8))
             await asyncio.wait_for(asyncio.gather(*arrived.values()), 5)
             assert proto.bound_broken == 1 and proto._coalesce == 1 and lowat(conn) == 1
-        finally:
-            await conn.close()
-            listener.close()
 
     asyncio.run(scenario())
 
@@ -217,22 +203,19 @@ def test_a_large_answer_wakes_the_loop_once_per_mib() -> None:
     """A 5 MiB answer written 64 KiB at a time: delivered whole after a handful of reads (each
     mark the frame's rest, at most 1 MiB), not one read per write."""
     async def scenario() -> None:
-        server = Server()
-        listener, conn = await connected(server)
-        proto = conn._protocol
-        assert proto is not None
-        reads: list[int] = []
-        marks: list[int] = []
-        real_update = proto.buffer_updated
+        async with talking() as (server, conn, arrived):
+            proto = conn._protocol
+            assert proto is not None
+            reads: list[int] = []
+            marks: list[int] = []
+            real_update = proto.buffer_updated
 
-        def counting(nbytes: int) -> None:
-            reads.append(nbytes)
-            real_update(nbytes)
-            marks.append(lowat(conn))
+            def counting(nbytes: int) -> None:
+                reads.append(nbytes)
+                real_update(nbytes)
+                marks.append(lowat(conn))
 
-        proto.buffer_updated = counting  # type: ignore[method-assign]
-        arrived: dict[int, asyncio.Future] = {}
-        try:
+            proto.buffer_updated = counting  # type: ignore[method-assign]
             cid = await send(conn, server, 1, arrived)
             body = struct.pack(">i", cid) + bytes(range(256)) * (5 * 4096)
             data = struct.pack(">i", len(body)) + body
@@ -247,8 +230,5 @@ def test_a_large_answer_wakes_the_loop_once_per_mib() -> None:
                 rest -= nbytes
                 assert mark == min(rest, _FRAME_WAKE_BYTES)   # the rest of the frame, capped
             assert marks[-1] == 1                            # delivered: every byte wakes again
-        finally:
-            await conn.close()
-            listener.close()
 
     asyncio.run(scenario())
