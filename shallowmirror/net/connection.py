@@ -80,6 +80,9 @@ _LARGE_FRAME_BYTES = 64 * 1024
 #: rest, if less), not every time a few segments arrive: measured on a 16 KiB-batch mirror of
 #: Kafka 3.7, ~70 wake-ups per 12 MB Fetch answer before.
 _FRAME_WAKE_BYTES = 1 << 20
+#: How long a request past its deadline under a raised wake mark is given once the mark is
+#: dropped: its answer, if it is here, is read on the next loop turn.
+_OVERDUE_GRACE_S = 0.1
 try:
     _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
 except (AttributeError, ValueError, OSError):
@@ -156,6 +159,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._sock: socket.socket | None = None
         self._lowat = 1            # the socket's SO_RCVLOWAT as last set
         self._reading = False      # inside buffer_updated (answers' callbacks may send)
+        #: The request whose deadline passed under a raised mark (``_check_timeout``).
+        self._overdue: _InFlight | None = None
         #: How often the mark was raised above 1, and responses found below their bound (tests).
         self.lowat_raised = 0
         self.bound_broken = 0
@@ -360,7 +365,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         n = self._coalesce
         if self._frame_view is not None:
             want = min(len(self._frame_view) - self._frame_filled, _FRAME_WAKE_BYTES)
-        elif n > 1 and len(self.in_flight) >= n and self.closed_error is None:
+        elif (n > 1 and len(self.in_flight) >= n and self.closed_error is None
+              and self.in_flight[0] is not self._overdue):
             need = 0
             for waiting in self.in_flight:
                 if waiting.min_bytes <= 0:
@@ -391,6 +397,15 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if head.deadline > now:
             # Responses come in order: the head's deadline is the next that can expire.
             self._timer = self._loop.call_at(head.deadline, self._check_timeout)
+            return
+        if self._lowat > 1 and head is not self._overdue:
+            # Its answer may be here, under a wake mark that counts on the next answer too
+            # (which may be late: a broker answers one request per connection at a time). Read
+            # what is there before calling it lost: the mark drops to 1 for this request, and
+            # the kernel signals the socket at once if bytes are waiting.
+            self._overdue = head
+            self._update_lowat()
+            self._timer = self._loop.call_at(now + _OVERDUE_GRACE_S, self._check_timeout)
             return
         waited = self._owner.settings.request_timeout_ms
         err = self._owner.error(

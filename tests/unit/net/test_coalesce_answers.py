@@ -17,7 +17,11 @@ import pytest
 from kafka.protocol.producer import ProduceResponse
 
 from shallowmirror.net.config import client_settings
-from shallowmirror.net.connection import _FRAME_WAKE_BYTES, BrokerConnection
+from shallowmirror.net.connection import (
+    _FRAME_WAKE_BYTES,
+    BrokerConnection,
+    RequestTimedOutError,
+)
 from shallowmirror.net.protocol import produce_response_min_bytes
 from shallowmirror.testing.fake_cluster import api_versions_response
 
@@ -92,7 +96,7 @@ def lowat(conn: BrokerConnection) -> int:
 
 
 async def send(conn: BrokerConnection, server: Server, partitions: int,
-               arrived: dict[int, asyncio.Future]) -> int:
+               arrived: dict[int, asyncio.Future], timeout_ms: int | None = None) -> int:
     """Send a request (the server only needs its frame) whose answer will cover ``partitions``
     partitions; return its correlation id once the server has it."""
     cid = conn.next_correlation_id()
@@ -103,7 +107,7 @@ async def send(conn: BrokerConnection, server: Server, partitions: int,
         future.set_result(error if error is not None else bytes(frame))
 
     conn.send_with_callback([struct.pack(">i", len(header)) + header], cid, done,
-                            min_response_bytes=produce_response_min_bytes(
+                            timeout_ms=timeout_ms, min_response_bytes=produce_response_min_bytes(
                                 VERSION, [("t", partitions)]))
     assert await asyncio.wait_for(server.requests.get(), 5) == cid
     return cid
@@ -230,5 +234,22 @@ def test_a_large_answer_wakes_the_loop_once_per_mib() -> None:
                 rest -= nbytes
                 assert mark == min(rest, _FRAME_WAKE_BYTES)   # the rest of the frame, capped
             assert marks[-1] == 1                            # delivered: every byte wakes again
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_waiting_under_the_mark_is_read_when_its_deadline_passes() -> None:
+    """The first answer is here, the second never comes: at the first request's deadline its
+    answer is read (the mark drops), not declared lost; only the second times out."""
+    async def scenario() -> None:
+        async with talking() as (server, conn, arrived):
+            first = await send(conn, server, 8, arrived, timeout_ms=400)
+            second = await send(conn, server, 8, arrived, timeout_ms=400)
+            await server.reply(answer(first, 8))
+            assert await not_before(arrived[first], 0.2)
+            got = await asyncio.wait_for(arrived[first], 5)
+            assert got == answer(first, 8)[4:], got
+            late = await asyncio.wait_for(arrived[second], 5)
+            assert isinstance(late, RequestTimedOutError), late
 
     asyncio.run(scenario())
