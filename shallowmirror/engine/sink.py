@@ -17,8 +17,8 @@ one request per round (measured on Kafka 3.7: two lanes made a 256 KiB-batch mir
 faster and a 16 KiB-batch one 10-30% slower). The acknowledgements of one response go to the
 engine in one call.
 
-With several requests in flight the connection wakes the loop once two answers are there, not
-for each (``target.answers.per.wakeup``: the socket's SO_RCVLOWAT is set from a lower bound of
+With several requests in flight the connection wakes the loop once three answers are there,
+not for each (``target.answers.per.wakeup``: the socket's SO_RCVLOWAT is set from a lower bound of
 the answers' sizes, ``net.protocol.produce_response_min_bytes``): a wake-up costs more than a
 small request's own work, and the requests still in flight keep the broker busy meanwhile.
 
@@ -149,7 +149,9 @@ class Sink:
             self.max_requests
         self.allow_multiple = s["multiple.batches.per.partition"]
         self.timeout_ms = s["request.timeout.ms"]
-        self.answers_per_wakeup = s["target.answers.per.wakeup"]
+        #: Answers awaited per wake-up; one request always left for the broker to work on.
+        self.answers_per_wakeup = max(1, min(s["target.answers.per.wakeup"],
+                                             self.max_requests - 1))
         self.requests_sent = 0
         #: A request's task waits for the connection (nothing more is planned meanwhile).
         self.connecting = False

@@ -173,7 +173,7 @@ def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(
 def test_answers_coalesced_on_the_target_connection_lose_and_delay_nothing(
         source_cluster, target_cluster, unique_topic):
     # Small batches keep several Produce requests in flight on one connection: the mirror then
-    # waits for two answers per wake-up (target.answers.per.wakeup=2, the default). Every answer
+    # waits for three answers per wake-up (target.answers.per.wakeup=3, the default). Every answer
     # must be at least the size the wake mark counted on (else the connection would stop
     # coalescing, or wait), and the copy stays exact.
     topic = unique_topic("coalesced")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from kafka.protocol.producer import ProduceResponse as KProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -51,6 +52,7 @@ class FakeConnection:
         self.name = name
         self.requests: list[tuple[list, object]] = []
         self.cid = 0
+        self.coalesced = 0
 
     def api_version(self, key: int, bounds: object) -> int:
         return 8
@@ -60,7 +62,7 @@ class FakeConnection:
         return self.cid
 
     def coalesce_answers(self, answers: int) -> None:
-        pass
+        self.coalesced = answers
 
     def send_with_callback(self, buffers, cid, callback, timeout_ms=None,
                            min_response_bytes=0) -> None:
@@ -124,5 +126,31 @@ def test_next_batch_waits_for_the_old_connections_answer_then_follows_the_resend
             await asyncio.sleep(0.002)                      # b1's resend waits out a backoff
         assert new.carries(0, b1) and not new.carries(0, b2)
         assert b1.base_sequence < b2.base_sequence
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("setting", "in_flight", "awaited"), [
+    (None, 5, 3),      # the defaults: three answers, two requests left with the broker
+    (5, 5, 4),         # one request always left for the broker to work on
+    (3, 2, 1),         # two in flight: wake for each answer
+    (2, 3, 2),
+    (1, 5, 1),         # off
+])
+def test_answers_awaited_per_wakeup_leave_the_broker_a_request(
+        setting: int | None, in_flight: int, awaited: int) -> None:
+    async def scenario() -> None:
+        settings: dict = {"producer.id": 7, "max.in.flight.requests.per.connection": in_flight}
+        if setting is not None:
+            settings["target.answers.per.wakeup"] = setting
+        engine = MirrorEngine({"bootstrap.servers": "fake:1"}, {"bootstrap.servers": "fake:2"},
+                              topics=[TOPIC], settings=settings)
+        engine.runtime.loop = asyncio.get_running_loop()
+        conn = FakeConnection("only")
+        await engine.sinks.start(FakeCluster(conn))
+        engine.sinks.forward(_batch(0), TOPIC, 0)
+        (sink,) = engine.sinks.values()
+        sink._pump()
+        assert len(conn.requests) == 1 and conn.coalesced == awaited
 
     asyncio.run(scenario())
