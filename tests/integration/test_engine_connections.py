@@ -131,16 +131,22 @@ def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(
                               "fetch.max.wait.ms": 100, "retry.backoff.ms": 10,
                               "retry.backoff.max.ms": 50, "target.connections.per.broker": 2})
 
-    def lane_one_open() -> bool:
-        return any(s.lane == 1 and engine.sinks.live_connection(s.node_id, 1) is not None
-                   for s in engine.sinks.values())
+    dropped_lane_one: list = []
+
+    def lane_one_connection():
+        return next((engine.sinks.live_connection(s.node_id, 1) for s in engine.sinks.values()
+                     if s.lane == 1), None)
 
     def drop_connections_now_and_then(ack) -> None:
         acks.append(ack)
-        # Every 12 acknowledgements, and only while lane 1's connection is open: each drop then
-        # sends lane 1's next request through the waiting path, however load paces the lanes
-        # (two drops between two lane-1 requests would be one wait).
-        if len(acks) >= 12 * (len(drops) + 1) and len(drops) < 4 and lane_one_open():
+        # Every 10 acknowledgements, and only once lane 1 has a connection opened since the last
+        # drop: each drop then sends lane 1's next request through the waiting path, however load
+        # paces the lanes. (Two drops before lane 1 reconnects would be one wait: answers read on
+        # one loop turn, several at a time, can cross two thresholds before a close has run.)
+        lane_one = lane_one_connection()
+        if (len(acks) >= 10 * (len(drops) + 1) and len(drops) < 4 and lane_one is not None
+                and (not dropped_lane_one or lane_one is not dropped_lane_one[-1])):
+            dropped_lane_one.append(lane_one)
             live = list(engine.target.live_connections())
             drops.append(len(live))
             for conn in live:
