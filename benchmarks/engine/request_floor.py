@@ -33,6 +33,7 @@ import time
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from shallowmirror import codec
+from shallowmirror.bench import topics as bench_topics
 from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.net import Cluster
 from shallowmirror.net.protocol import produce_response_min_bytes, versions
@@ -55,15 +56,6 @@ def lz4_batch(batch_bytes: int, value_bytes: int, seed: int) -> bytes:
             break
         i += 1
     return bytes(builder.build())
-
-
-def create_topic(bootstrap: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    futures = admin.create_topics([NewTopic(TOPIC, partitions, 1,
-                                            config={"compression.type": "producer"})])
-    futures[TOPIC].result(30)
 
 
 async def measure(bootstrap: str, batches: list[bytes], megabytes: int,
@@ -259,7 +251,7 @@ def main() -> int:
     rows: dict[tuple[str, int], list[dict]] = {(c, size): [] for c in clients for size in sizes}
     with test_clusters.started_clusters(args.broker, "floor",
                                         kafka_home=args.kafka_home) as (cluster,):
-        create_topic(cluster.bootstrap, args.partitions)
+        bench_topics.create(cluster.bootstrap, TOPIC, args.partitions)
         # The asyncio client first: it waits for the leaders and learns the Produce version.
         version = asyncio.run(measure(cluster.bootstrap, batches[sizes[0]], 1,
                                       args.in_flight))["produce_version"]

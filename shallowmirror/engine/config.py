@@ -94,7 +94,7 @@ ENGINE_SETTINGS = SettingsTable(
                 "many requests are in flight on a target connection (Linux, plaintext: the "
                 "socket's SO_RCVLOWAT is set to the size those answers must have at least). A "
                 "wake-up costs more than handling a small request: on Kafka 3.7 with 16 KiB "
-                "batches, 2 took 8.6% off the mirror's CPU per GB and 3 another 6%. At most "
+                "batches, waiting for 3 took 8% off the mirror's CPU per GB. At most "
                 "max.in.flight.requests.per.connection - 1 are awaited, so the broker always "
                 "has a request to work on meanwhile. 1: wake for every answer.", minimum=1,
                 validator=lambda n: None if n <= 5 else f"at most 5, got {n}"),
