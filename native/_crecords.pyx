@@ -66,7 +66,8 @@ LAYOUT = {
     "DELETE_HORIZON_MASK": DELETE_HORIZON_MASK,
 }
 
-__all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce"]
+__all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce",
+           "stamp_batches"]
 
 
 cdef inline int64_t rd64(const uint8_t *p) noexcept nogil:
@@ -612,8 +613,58 @@ def rewrite_for_produce(batch, *, producer_id=-1, producer_epoch=-1, base_sequen
                     clear_log_append_time)
 
 
-cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
-                    object base_sequence, bint transactional, bint clear_log_append_time):
+cdef int64_t SEQUENCE_MODULUS = 1 << 31
+
+
+def stamp_batches(picks, *, producer_id=-1, producer_epoch=-1, generation, sequences=None,
+                  bint clear_log_append_time=False):
+    """Stamp one Produce request's batches in one call; same rules as the twin. The loop is
+    here rather than in the engine because it runs once per forwarded batch (one call per
+    request instead of one per batch: 0.25 us less per 5.6 KB batch in hotpath_micro.py)."""
+    cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, INT64_MAX_C)
+    cdef int16_t epoch = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN,
+                                         C_INT16_MAX)
+    if sequences is not None and type(sequences) is not dict:
+        raise TypeError(f"sequences must be a dict or None, got {type(sequences).__name__}")
+    cdef dict seqs = <dict>sequences if sequences is not None else None
+    cdef object pid_obj = pid, epoch_obj = epoch          # made once, shared by every batch
+    cdef int stamped = 0
+    cdef int64_t base, count
+    cdef int32_t seq
+    cdef object key, batch, view, base_obj
+    cdef tuple header_rest
+    for pick in picks:
+        key, batch = pick
+        if batch.stamp_generation == generation:
+            continue                          # stamped: a resend keeps its bytes
+        view = batch.view
+        if type(view) is not BatchView:
+            raise TypeError(f"batch.view must be a BatchView from split_batches, got "
+                            f"{type(view).__name__}")
+        if seqs is None:
+            seq = -1
+        else:
+            count = batch.record_count
+            if count <= 0:
+                raise ValueError(f"an idempotent batch needs at least one record ({batch!r})")
+            base_obj = seqs.get(key, 0)
+            base = _c_int("sequence", base_obj, 0, C_INT32_MAX)
+            seqs[key] = (base + count) % SEQUENCE_MODULUS
+            seq = <int32_t>base
+        _check_producible(<BatchView>view)
+        header_rest = _rewrite_c(<BatchView>view, pid, epoch, seq, False, clear_log_append_time)
+        batch.header = header_rest[0]
+        batch.rest = header_rest[1]
+        batch.producer_id = pid_obj
+        batch.producer_epoch = epoch_obj
+        batch.base_sequence = seq
+        batch.stamp_generation = generation
+        stamped += 1
+    return stamped
+
+
+cdef int _check_producible(BatchView batch) except -1:
+    """What no Produce request may carry: legacy entries, control batches, offset gaps."""
     if batch.magic < 2:
         raise UnsupportedFormatError(
             f"legacy magic {batch.magic} entry cannot go into Produce v3+; convert it with "
@@ -627,10 +678,22 @@ cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
             f"batch has offset gaps (record count {batch.record_count}, last offset delta "
             f"{batch.last_offset_delta}); repack it with shallowmirror.codec.deep.repack_batch",
             Where(offset=batch.base_offset, position=batch.position))
+    return 0
+
+
+cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
+                    object base_sequence, bint transactional, bint clear_log_append_time):
+    _check_producible(batch)                  # the batch first, then the arguments (as the twin)
     cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, INT64_MAX_C)
     cdef int16_t epoch = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN,
                                          C_INT16_MAX)
     cdef int32_t seq = <int32_t>_c_int("base_sequence", base_sequence, C_INT32_MIN, C_INT32_MAX)
+    return _rewrite_c(batch, pid, epoch, seq, transactional, clear_log_append_time)
+
+
+cdef tuple _rewrite_c(BatchView batch, int64_t pid, int16_t epoch, int32_t seq,
+                      bint transactional, bint clear_log_append_time):
+    """The rewrite itself, for a batch ``_check_producible`` passed."""
     if transactional and pid < 0:
         raise ValueError("a transactional batch needs a producer id")
 

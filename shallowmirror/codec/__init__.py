@@ -36,6 +36,7 @@ IMPLEMENTATION, _records, _messages = _choose()
 split_batches = _records.split_batches
 filter_batches = _records.filter_batches
 rewrite_for_produce = _records.rewrite_for_produce
+stamp_batches = _records.stamp_batches
 decode_fetch_response = _messages.decode_fetch_response
 encode_produce_request = _messages.encode_produce_request
 decode_produce_response = _messages.decode_produce_response
@@ -46,6 +47,7 @@ __all__ = [
     "split_batches",
     "filter_batches",
     "rewrite_for_produce",
+    "stamp_batches",
     "decode_fetch_response",
     "encode_produce_request",
     "decode_produce_response",

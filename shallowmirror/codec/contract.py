@@ -19,8 +19,8 @@ I/O, and requests other than Fetch/Produce (kafka-python's protocol classes enco
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 BufferLike = bytes | bytearray | memoryview
 #: A batch ready to send: one or more buffer pieces whose concatenation is the RecordBatch.
@@ -154,6 +154,20 @@ class Codec(Protocol):
         (outside the CRC); producer fields/attributes as given; the delete-horizon bit (KIP-534,
         set by the source's log cleaner) always cleared; CRC recomputed only if a covered byte
         changed. The payload is never decompressed."""
+
+    def stamp_batches(self, picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -1,
+                      producer_epoch: int = -1, generation: int,
+                      sequences: dict[Hashable, int] | None = None,
+                      clear_log_append_time: bool = False) -> int:
+        """Stamp the batches of one Produce request, in one call. ``picks`` are ``(key,
+        batch)`` pairs; a batch has ``view`` (a ``BatchView``), ``record_count`` and
+        ``stamp_generation``. Each batch whose ``stamp_generation`` is not ``generation`` gets
+        ``header, rest = rewrite_for_produce(view, ...)`` (not transactional) with base sequence
+        ``sequences[key]`` (0 when absent), which then grows by ``record_count`` modulo 2**31
+        (``sequences`` None: not idempotent, base sequence -1; an idempotent batch without
+        records is a ValueError), and ``producer_id``, ``producer_epoch``, ``base_sequence``
+        and ``stamp_generation`` set to what was stamped. Batches already of ``generation`` are
+        left alone (a resend keeps its bytes). Returns how many were stamped."""
 
     def decode_fetch_response(self, frame: BufferLike, version: int) -> FetchResponse:
         """Decode a Fetch response frame (after the 4-byte size prefix, starting with the

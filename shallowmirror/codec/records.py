@@ -31,14 +31,16 @@ from __future__ import annotations
 import operator
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 from crc32c import crc32c
 
 from shallowmirror.codec import layout as L
 from shallowmirror.errors import CorruptDataError, CrcMismatchError, UnsupportedFormatError, Where
 
-__all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce"]
+__all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce",
+           "stamp_batches"]
 
 _LOG_HEADER = struct.Struct(">qi")
 # baseOffset length leaderEpoch magic crc attributes lastOffsetDelta baseTimestamp maxTimestamp
@@ -430,3 +432,43 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
                ^ crc32c(rest, crc32c(covered)))
         _UINT32.pack_into(header, L.CRC_OFFSET, crc)
     return bytes(header), rest
+
+
+_SEQUENCE_MODULUS = 1 << 31
+
+
+def stamp_batches(picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -1,
+                  producer_epoch: int = -1, generation: int,
+                  sequences: dict[Hashable, int] | None = None,
+                  clear_log_append_time: bool = False) -> int:
+    """Stamp the batches of one Produce request (contract.Codec.stamp_batches); returns how
+    many were stamped."""
+    producer_id = _as_int("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
+    producer_epoch = _as_int("producer_epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
+    if sequences is not None and type(sequences) is not dict:
+        raise TypeError(f"sequences must be a dict or None, got {type(sequences).__name__}")
+    stamped = 0
+    for key, batch in picks:
+        if batch.stamp_generation == generation:
+            continue                          # stamped: a resend keeps its bytes
+        view = batch.view
+        if type(view) is not BatchView:
+            raise TypeError(f"batch.view must be a BatchView from split_batches, got "
+                            f"{type(view).__name__}")
+        if sequences is None:
+            base = -1
+        else:
+            count = batch.record_count
+            if count <= 0:
+                raise ValueError(f"an idempotent batch needs at least one record ({batch!r})")
+            base = _as_int("sequence", sequences.get(key, 0), 0, _INT32_MAX)
+            sequences[key] = (base + count) % _SEQUENCE_MODULUS
+        batch.header, batch.rest = rewrite_for_produce(
+            view, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base,
+            clear_log_append_time=clear_log_append_time)
+        batch.producer_id = producer_id
+        batch.producer_epoch = producer_epoch
+        batch.base_sequence = base
+        batch.stamp_generation = generation
+        stamped += 1
+    return stamped

@@ -101,6 +101,14 @@ class ProducerIdentity:
         sequences[key] = (base + record_count) % _SEQUENCE_MODULUS
         return base
 
+    def sequences(self) -> dict[tuple[str, int], int] | None:
+        """The next sequence per target partition, for ``codec.stamp_batches`` to read and
+        advance (None when not idempotent: no sequences)."""
+        if not self.idempotent:
+            return None
+        assert self.producer_id >= 0, "stamp() before init()"
+        return self._next_sequence
+
     def next_sequence(self, topic: str, partition: int) -> int:
         return self._next_sequence.get((topic, partition), 0)
 

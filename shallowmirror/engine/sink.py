@@ -3,8 +3,8 @@
 Batches wait in one queue per target partition, in source order. Each round the planner
 (``packing.plan_request``) takes the head batch of as many partitions as fit ``max.request.size``
 (exactly one batch per partition: stock brokers reject more), stamps the producer identity into
-each batch header the first time it is sent (``rewrite_for_produce``: a new 61-byte header plus a
-view of the rest; the payload is never copied or decompressed), and sends the request while up to
+each batch header the first time it is sent (``codec.stamp_batches``, one call per request: a new
+61-byte header plus a view of the rest; the payload is never copied or decompressed), and sends the request while up to
 ``max.in.flight.requests.per.connection`` others are outstanding. With
 ``target.connections.per.broker`` > 1 a broker has one sink per connection (*lane*) and each
 target partition is pinned to one lane for life, so everything below holds per lane. A stock broker
@@ -54,7 +54,6 @@ from kafka.protocol.admin import DescribeConfigsRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
-from shallowmirror.codec import rewrite_for_produce
 from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.config import acks_value
@@ -271,15 +270,14 @@ class Sink:
                     return None
                 return max(0.0, min(blocked) - asyncio.get_running_loop().time())
             picks = plan.picks
-            stamp = self.owner.stamp
             partitions = self.partitions
             for ttp, batch in picks:
                 tq = partitions[ttp]
                 tq.queue.popleft()
                 tq.in_flight += 1
                 tq.conn = conn
-                stamp(batch, ttp)
                 batch.attempts += 1
+            self.owner.stamp_all(picks)
             self.requests_in_flight += 1
             if conn is not None:
                 self._send_now(conn, picks)
@@ -766,26 +764,14 @@ class Sinks:
                 Where(cluster=self.alias, topic=ttp[0], partition=ttp[1])))
 
     # ---- what a sink asks for ----
-    def stamp(self, batch: FetchedBatch, ttp: TTP | None = None) -> None:
-        """Stamp the producer identity into the batch header (once per identity generation);
-        ``ttp``: the batch's target partition, if the caller has it at hand."""
+    def stamp_all(self, picks: list[tuple[TTP, FetchedBatch]]) -> None:
+        """Stamp the producer identity into the headers of one request's batches (each once per
+        identity generation: a resend keeps its bytes and its sequence), in one codec call."""
         identity = self.identity
-        generation = identity.generation
-        if batch.stamp_generation == generation:
-            return
-        if ttp is None:
-            assert batch.target_topic is not None and batch.target_partition is not None
-            ttp = (batch.target_topic, batch.target_partition)
-        producer_id, producer_epoch = identity.producer_id, identity.producer_epoch
-        base_sequence = identity.next_base_sequence(ttp, batch.record_count)
-        batch.header, batch.rest = rewrite_for_produce(
-            batch.view, producer_id=producer_id, producer_epoch=producer_epoch,
-            base_sequence=base_sequence, transactional=False,
+        codec.stamp_batches(
+            picks, producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
+            generation=identity.generation, sequences=identity.sequences(),
             clear_log_append_time=self.clear_log_append_time)
-        batch.producer_id = producer_id
-        batch.producer_epoch = producer_epoch
-        batch.base_sequence = base_sequence
-        batch.stamp_generation = generation
 
     def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
         self.batch_failed(batch, MessageTooLargeError(

@@ -12,6 +12,7 @@ runs this module in a child process under an address-space limit, so a crash fai
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -99,6 +100,14 @@ def agree(call, normalize=lambda value: value):
     assert results[0] == results[1], results
 
 
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except Exception:  # noqa: BLE001 - whatever hashing raises: not a dict key
+        return False
+    return True
+
+
 def _views(records):
     return records.split_batches(RECORD_SET).batches
 
@@ -139,6 +148,28 @@ def test_rewrite_for_produce_arguments(which, foreign, other, producer_id, produ
             base_sequence=base_sequence, transactional=transactional,
             clear_log_append_time=clear)
         return header + bytes(rest)
+    agree(call)
+
+
+@FUZZ
+@given(which=st.integers(0, 4), foreign=st.booleans(), key=VALUES, count=VALUES,
+       generation=VALUES, stamped=VALUES, producer_id=VALUES, producer_epoch=VALUES,
+       sequences=st.one_of(st.none(), st.dictionaries(VALUES.filter(_hashable), VALUES,
+                                                       max_size=2), VALUES),
+       pairs=st.one_of(st.none(), VALUES))
+def test_stamp_batches_arguments(which, foreign, key, count, generation, stamped, producer_id,
+                                 producer_epoch, sequences, pairs):
+    def call(r, m):
+        source = (NATIVE if r is twin_records else twin_records) if foreign else r
+        batch = SimpleNamespace(view=_views(source)[which], record_count=count,
+                                stamp_generation=stamped)
+        seqs = dict(sequences) if isinstance(sequences, dict) else sequences
+        picks = [(key, batch)] if pairs is None else pairs
+        n = r.stamp_batches(picks, producer_id=producer_id, producer_epoch=producer_epoch,
+                            generation=generation, sequences=seqs)
+        header = getattr(batch, "header", None)
+        return (n, seqs, header, bytes(batch.rest) if header is not None else None,
+                getattr(batch, "base_sequence", None))
     agree(call)
 
 
