@@ -38,10 +38,11 @@ def crc_holds(batch) -> bool:
 def test_each_batch_as_rewrite_would_stamp_it_with_the_next_sequence(impl, codec):
     picks = request(impl, [3, 5, 1], codec=codec) + [
         (("target", 0), b) for _, b in request(impl, [2], codec=codec)]   # partition 0 again
-    sequences = {("target", 1): 2**31 - 2}                                 # wraps like Kafka's
+    # Partition 1 wraps at 2**31 like Kafka's producer; partition 2 stays above 2**30.
+    sequences = {("target", 1): 2**31 - 2, ("target", 2): 2**30 + 7}
     assert impl.stamp_batches(picks, producer_id=77, producer_epoch=4, generation=3,
                               sequences=sequences) == 4
-    expected_sequences = [0, 2**31 - 2, 0, 3]
+    expected_sequences = [0, 2**31 - 2, 2**30 + 7, 3]
     for (key, batch), sequence in zip(picks, expected_sequences, strict=True):
         header, rest = impl.rewrite_for_produce(batch.view, producer_id=77, producer_epoch=4,
                                                 base_sequence=sequence)
@@ -49,7 +50,7 @@ def test_each_batch_as_rewrite_would_stamp_it_with_the_next_sequence(impl, codec
         assert (batch.producer_id, batch.producer_epoch, batch.base_sequence,
                 batch.stamp_generation) == (77, 4, sequence, 3)
         assert crc_holds(batch)
-    assert sequences == {("target", 0): 5, ("target", 1): 3, ("target", 2): 1}
+    assert sequences == {("target", 0): 5, ("target", 1): 3, ("target", 2): 2**30 + 8}
 
 
 @pytest.mark.parametrize("impl", IMPLS)
