@@ -8,7 +8,8 @@ A ``MirrorEngine`` (real sources, sinks, planner, stamping, encoder, offsets, ac
 against two in-process FAKE clusters that answer instantly: the source connection returns
 pre-encoded Fetch response frames (``--partitions``, 8 by default, about 1 MiB of batches each
 per fetch, plain v2 batches of ``--batch-bytes``, all partitions in step), the target answers every
-Produce request with one pre-encoded success frame. Time spent inside the fakes is measured and
+Produce request with a pre-encoded success frame (the k-th request's batches at offset k x records
+per batch, as a real target would place them). Time spent inside the source fake is measured and
 subtracted. Prints CPU microseconds per batch and per MB for each run; ``--baseline DIR`` runs the
 same in a child with ``PYTHONPATH=DIR`` (an older tree), interleaved. The real figure (with the
 network and the brokers) is bench_mirror.py's; this one shows where the engine's own Python goes.
@@ -68,15 +69,24 @@ def fetch_frames(batch: bytes, count: int, per_fetch: int, rounds: int,
     return frames
 
 
-def produce_frame(partitions: int = PARTITIONS) -> bytes:
+def produce_frame(partitions: int = PARTITIONS, base_offset: int = 0) -> bytes:
     KT = KProduceResponse.TopicProduceResponse
     KP = KT.PartitionProduceResponse
     msg = KProduceResponse(version=PRODUCE_VERSION, throttle_time_ms=0, responses=[
         KT(name=TOPIC, partition_responses=[
-            KP(index=p, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0,
-               record_errors=[], error_message=None) for p in range(partitions)])])
+            KP(index=p, error_code=0, base_offset=base_offset, log_append_time_ms=-1,
+               log_start_offset=0, record_errors=[], error_message=None)
+            for p in range(partitions)])])
     msg.with_header(correlation_id=0)
     return bytes(msg.encode(header=True, framed=True))[4:]
+
+
+def produce_frames(partitions: int, records_per_batch: int, requests: int) -> list[memoryview]:
+    """Answer k (0-based) puts every partition's batch at ``k * records_per_batch``, as a real
+    target does when each request carries one batch of every partition (the partitions here
+    move in step): the engine's offset map then sees batches that follow each other."""
+    return [memoryview(produce_frame(partitions, k * records_per_batch))
+            for k in range(requests)]
 
 
 class Clock:
@@ -113,9 +123,17 @@ class FakeTargetConnection:
 
     client_id = "micro"
 
-    def __init__(self, partitions: int = PARTITIONS) -> None:
-        self.frame = memoryview(produce_frame(partitions))
+    def __init__(self, frames: list[memoryview]) -> None:
+        self.frames = frames
+        self.answered = 0
         self.cid = 0
+
+    @property
+    def frame(self) -> memoryview:
+        """The next answer (the last one again past the end)."""
+        frame = self.frames[min(self.answered, len(self.frames) - 1)]
+        self.answered += 1
+        return frame
 
     def api_version(self, key: int, bounds: object) -> int:
         return PRODUCE_VERSION
@@ -170,7 +188,7 @@ class FakeCluster:
 
 
 async def run_once(frames: list[bytes], per_round: int, end: int,
-                   partitions: int = PARTITIONS) -> dict:
+                   partitions: int = PARTITIONS, answers: list[memoryview] | None = None) -> dict:
     from shallowmirror.engine.batch import SourcePartition
     from shallowmirror.engine.engine import MirrorEngine
     from shallowmirror.engine.offsets import OffsetMap
@@ -180,7 +198,8 @@ async def run_once(frames: list[bytes], per_round: int, end: int,
                                                     "fetch.session.enable": "false"})
     engine.runtime.loop = asyncio.get_running_loop()
     engine.sources.start(FakeCluster(FakeSourceConnection(frames, per_round), partitions))
-    await engine.sinks.start(FakeCluster(FakeTargetConnection(partitions), partitions))
+    answers = answers or [memoryview(produce_frame(partitions))]
+    await engine.sinks.start(FakeCluster(FakeTargetConnection(answers), partitions))
     engine.ready = True
     Clock.fake_s = 0.0
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -227,7 +246,8 @@ def child(args: argparse.Namespace) -> None:
     rounds = max(1, args.batches // (per_fetch * args.partitions))
     frames = fetch_frames(batch, count, per_fetch, rounds, args.partitions)
     end = rounds * per_fetch * count
-    result = asyncio.run(run_once(frames, per_fetch * count, end, args.partitions))
+    answers = produce_frames(args.partitions, count, rounds * per_fetch)
+    result = asyncio.run(run_once(frames, per_fetch * count, end, args.partitions, answers))
     result["batch_bytes"] = len(batch)
     print(json.dumps(result), flush=True)
 

@@ -204,6 +204,7 @@ class SourcePartition:
     def __init__(self, topic: str, partition: int, position: int, offset_map: OffsetMap) -> None:
         self.topic = topic
         self.partition = partition
+        offset_map.seal()                # a new ownership: its rows start rows of their own
         self.offsets = PartitionOffsets(position, offset_map=offset_map)
         self.high_watermark = -1
         self.leader: int | None = None

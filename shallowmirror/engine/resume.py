@@ -487,6 +487,7 @@ class ResumeStart:
             sp.offsets.offset_map.forget_from(outcome.rows[0].source_base)
             for row in outcome.rows:
                 sp.offsets.offset_map.add(row)
+            sp.offsets.offset_map.seal()     # what this ownership forwards: rows of its own
         self.resume.keep(sp.tp, target, position, outcome.point)
         if outcome.fallback is None and outcome.rows:
             log.info("%s: resumed from the target: %d batches (%d records, %d bytes) "

@@ -15,6 +15,7 @@ from engine_support import create_target, group, load_topic, raw_batches
 from shallowmirror.engine import MirrorEngine
 from shallowmirror.engine.sink import SPREAD_MIN_BATCH_BYTES, Sink
 from shallowmirror.testing.topics import assert_same_records, read_topic
+from tests.map_rows import assert_map_holds
 
 pytestmark = pytest.mark.integration
 
@@ -89,14 +90,13 @@ def _assert_exact_copy(engine, source_cluster, target_cluster, topic, acks, stat
     for p, bs in dst_batches.items():
         # One idempotent sequence per partition, gap-free, whatever connection carried it.
         assert [b.base_sequence for b in bs] == [b.base_offset for b in bs]
-        rows = engine.offset_map(topic, p).rows()
-        assert [(r.source_base, r.count, r.target_base) for r in rows] == [
-            (s.base_offset, s.record_count, d.base_offset)
-            for s, d in zip(src_batches[p], bs, strict=True)]
-        # The hook fired once per batch, in source order, with the ranges of the map.
+        per_batch = [(s.base_offset, s.record_count, d.base_offset)
+                     for s, d in zip(src_batches[p], bs, strict=True)]
+        assert_map_holds(engine.offset_map(topic, p), per_batch)
+        # The hook fired once per batch, in source order, with the batches' ranges.
         mine = [a for a in acks if (a.source_topic, a.source_partition) == (topic, p)]
         assert [(a.source_base, a.source_next, a.target_base) for a in mine] == [
-            (r.source_base, r.source_base + r.count, r.target_base) for r in rows]
+            (base, base + count, target) for base, count, target in per_batch]
 
 
 def test_connections_dropped_mid_mirror_resend_in_order_over_both_send_paths(

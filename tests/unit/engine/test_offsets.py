@@ -24,7 +24,8 @@ def test_committed_is_end_of_contiguous_acked_prefix() -> None:
     assert po.committed == 150
     assert po.pending == 0
     m = po.offset_map
-    assert m.rows() == [MapRow(100, 10, 7000), MapRow(110, 15, 7010), MapRow(130, 20, 7025)]
+    # A and B follow each other on both sides: one run; C comes after a gap: a row of its own.
+    assert m.rows() == [MapRow(100, 25, 7000), MapRow(130, 20, 7025)]
     assert m.translate(117) == 7017
     assert m.translate(127) is None     # gap: not mirrored
     assert m.translate(149) == 7044
@@ -111,15 +112,53 @@ def test_random_ack_order_property() -> None:
 def test_offset_map_bounded_and_position_translation() -> None:
     m = OffsetMap(max_rows=2)
     m.add(MapRow(0, 10, 100))
-    m.add(MapRow(10, 10, 110))
-    m.add(MapRow(25, 5, 120))
+    m.add(MapRow(10, 10, 115))                # a gap on the target: a row of its own
+    m.add(MapRow(25, 5, 130))
     assert len(m) == 2 and m.first_source_offset == 10
     assert m.translate(5) is None
-    assert m.translate_position(20) == 120
-    assert m.translate_position(22) == 120    # inside a gap: after the last mirrored record
-    assert m.translate_position(27) == 122
+    assert m.translate_position(20) == 125
+    assert m.translate_position(22) == 125    # inside a gap: after the last mirrored record
+    assert m.translate_position(27) == 132
     with pytest.raises(AssertionError):
         m.add(MapRow(26, 1, 0))
+
+
+def test_batches_that_follow_each_other_on_both_sides_share_a_row() -> None:
+    """One row per run, not per batch: a gap on either side, an unknown target offset or a seal
+    starts a new one, and every offset translates as it would with a row per batch."""
+    batches = [MapRow(0, 10, 500), MapRow(10, 5, 510), MapRow(15, 7, 515),   # one run
+               MapRow(30, 4, 522),                  # source gap (filtered batches): new row
+               MapRow(34, 6, 530),                  # target gap (another writer): new row
+               MapRow(40, 2, None),                 # target offset unknown: new row
+               MapRow(42, 3, 540),                  # after an unknown one: new row
+               MapRow(45, 5, 543)]                  # continues it
+    m = OffsetMap(max_rows=1_000)
+    for row in batches:
+        m.add(row)
+    assert m.rows() == [MapRow(0, 22, 500), MapRow(30, 4, 522), MapRow(34, 6, 530),
+                        MapRow(40, 2, None), MapRow(42, 8, 540)]
+    for row in batches:
+        for offset in range(row.source_base, row.source_end):
+            expected = None if row.target_base is None else \
+                row.target_base + offset - row.source_base
+            assert m.translate(offset) == expected, offset
+        assert m.translate_position(row.source_end) == (
+            None if row.target_base is None else row.target_base + row.count)
+    assert [m.translate(o) for o in (22, 29, 50)] == [None, None, None]
+    m.seal()                                    # a new ownership starts here
+    m.add(MapRow(50, 5, 548))                   # would continue the last run
+    assert m.rows()[-2:] == [MapRow(42, 8, 540), MapRow(50, 5, 548)]
+    m.add(MapRow(55, 5, 553))                   # the seal holds for one row only
+    assert m.rows()[-1] == MapRow(50, 10, 548)
+
+
+def test_a_mirror_without_gaps_keeps_one_row_however_many_batches() -> None:
+    po = PartitionOffsets(0)
+    for i in range(100_000):
+        entry = po.add_batch(50 * i + 50, 50 * i, 50)
+        po.ack(entry, 1_000 + 50 * i)
+    assert po.offset_map.rows() == [MapRow(0, 5_000_000, 1_000)]
+    assert po.offset_map.translate(4_999_999) == 5_000_999
 
 
 def test_a_source_log_restarting_below_the_mirrored_rows_forgets_them():
@@ -128,12 +167,15 @@ def test_a_source_log_restarting_below_the_mirrored_rows_forgets_them():
     rows can be added from the new position without an overlap."""
     omap = OffsetMap()
     omap.add(MapRow(0, 300, 0))
-    omap.add(MapRow(300, 200, 300))
+    omap.add(MapRow(300, 200, 310))            # after a target gap: a row of its own
     assert omap.forget_from(350) == 1          # the straddling row goes too
     assert omap.translate(299) == 299 and omap.translate(300) is None
     assert omap.forget_from(0) == 1 and len(omap) == 0
     omap.add(MapRow(0, 300, 500))              # the re-created topic's records, mirrored after
     assert omap.translate(10) == 510
+    omap.add(MapRow(300, 100, 800))            # one run with it: 0..399 -> 500..899
+    assert len(omap) == 1
+    assert omap.forget_from(350) == 1 and len(omap) == 0    # where its batches began is not kept
 
 
 def test_partition_offsets_reset_backwards_clears_the_map_from_there():
