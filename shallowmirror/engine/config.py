@@ -123,6 +123,14 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("buffer.memory", "int", 64 * _MIB,
                 "The byte budget: everything fetched but not yet acknowledged by the target. "
                 "Fetching pauses while it is used up.", minimum=64 * 1024),
+        Setting("offset.map.max.rows", "int", 10_000,
+                "Rows of exact source-to-target offset translation kept in memory per source "
+                "partition (resume's commit metadata, BatchForwarder.offset_map). A row covers "
+                "a run of batches without a gap, so a plain mirror needs one per partition; "
+                "every transaction of a transactional source ends one (its commit marker is "
+                "not forwarded). The oldest rows go first: ~90 bytes each, 0.9 MB per "
+                "partition at this default. Long-term translation is the offset syncs topic's.",
+                minimum=1),
         Setting("legacy.format", "str", "fail",
                 "Magic 0/1 source entries: convert (deep conversion to a v2 batch) or fail "
                 "(stop the partition with a clear error).", choices=("convert", "fail")),

@@ -269,7 +269,7 @@ class EngineCore:
         self.runtime.startup.mark("positions known")
         for tp in tps:
             position, skip = starts[tp]
-            omap = self.offset_maps.setdefault(tp, OffsetMap())
+            omap = self.offset_map(*tp)
             sp = SourcePartition(tp[0], tp[1], position, omap)
             sp.skip_to_high_watermark = skip
             sp.last_committed_sent = position
@@ -461,7 +461,12 @@ class EngineCore:
             startup=self.runtime.startup.seconds())
 
     def offset_map(self, topic: str, partition: int) -> OffsetMap:
-        return self.offset_maps.setdefault((topic, partition), OffsetMap())
+        """The partition's offset map, kept across ownerships (made on first use)."""
+        omap = self.offset_maps.get((topic, partition))
+        if omap is None:
+            omap = self.offset_maps[(topic, partition)] = OffsetMap(
+                max_rows=self.settings["offset.map.max.rows"])
+        return omap
 
     async def wait_caught_up(self, timeout_s: float) -> bool:
         """True once every owned partition's committed position equals its high watermark

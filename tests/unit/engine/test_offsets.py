@@ -185,3 +185,23 @@ def test_partition_offsets_reset_backwards_clears_the_map_from_there():
     assert offsets.offset_map.translate(499) == 499
     offsets.reset(0)
     assert offsets.offset_map.translate(0) is None and len(offsets.offset_map) == 0
+
+
+def test_the_engine_keeps_at_most_offset_map_max_rows_per_partition() -> None:
+    from shallowmirror.engine import MirrorEngine
+    from shallowmirror.errors import ConfigError
+
+    engine = MirrorEngine({"bootstrap.servers": "127.0.0.1:1"}, {"bootstrap.servers": "127.0.0.1:2"},
+                          topics=["t"], settings={"offset.map.max.rows": 3})
+    omap = engine.offset_map("t", 0)
+    assert engine.offset_map("t", 0) is omap and omap.max_rows == 3
+    for i in range(5):                  # a gap after every batch: a row each
+        omap.add(MapRow(10 * i, 5, 100 * i))
+    assert [row.source_base for row in omap.rows()] == [20, 30, 40]
+    assert omap.first_source_offset == 20 and omap.translate(7) is None
+    default = MirrorEngine({"bootstrap.servers": "127.0.0.1:1"},
+                           {"bootstrap.servers": "127.0.0.1:2"}, topics=["t"])
+    assert default.offset_map("t", 0).max_rows == 10_000
+    with pytest.raises(ConfigError, match="offset.map.max.rows"):
+        MirrorEngine({"bootstrap.servers": "127.0.0.1:1"}, {"bootstrap.servers": "127.0.0.1:2"},
+                     topics=["t"], settings={"offset.map.max.rows": 0})
