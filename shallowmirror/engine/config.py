@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shallowmirror.engine.offsets import DEFAULT_MAX_ROWS
 from shallowmirror.errors import ConfigError
 from shallowmirror.settings import Setting, SettingsTable
 
@@ -123,7 +124,7 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("buffer.memory", "int", 64 * _MIB,
                 "The byte budget: everything fetched but not yet acknowledged by the target. "
                 "Fetching pauses while it is used up.", minimum=64 * 1024),
-        Setting("offset.map.max.rows", "int", 10_000,
+        Setting("offset.map.max.rows", "int", DEFAULT_MAX_ROWS,
                 "Rows of exact source-to-target offset translation kept in memory per source "
                 "partition (resume's commit metadata, BatchForwarder.offset_map). A row covers "
                 "a run of batches without a gap, so a plain mirror needs one per partition; "

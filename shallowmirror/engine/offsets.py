@@ -60,6 +60,10 @@ class MapRow(NamedTuple):
         return self.source_base + self.count
 
 
+#: Rows an offset map keeps by default (the engine's ``offset.map.max.rows``): ~0.9 MB at most.
+DEFAULT_MAX_ROWS = 10_000
+
+
 class OffsetMap:
     """Exact source->target offset translation for one partition: one row per *run* of forwarded
     batches that follow each other on both sides.
@@ -68,7 +72,7 @@ class OffsetMap:
     target extends that row (``count`` grows) instead of adding one: translation is the same
     arithmetic either way (``target_base + (offset - source_base)``), and a mirror without gaps
     keeps one row per partition instead of one per batch - a row per batch was ~88 bytes, 88 MB
-    per partition at the ``max_rows`` cap, reached after ~6 GB of 16 KiB batches. A gap on either
+    per partition at the old cap of 1,000,000 rows, reached after ~6 GB of 16 KiB batches. A gap on either
     side (filtered or dropped batches, a compacted source, another writer on the target, an
     unknown target offset) starts a new row, as does the first batch after ``seal``; this is how
     MM2's offset syncs describe a partition too.
@@ -77,7 +81,7 @@ class OffsetMap:
     ``max_rows`` bounds memory: the oldest rows are dropped first (``first_source_offset`` then
     says from where translation is available)."""
 
-    def __init__(self, max_rows: int = 1_000_000) -> None:
+    def __init__(self, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         assert max_rows >= 1, "an offset map keeps at least its last row"
         self.max_rows = max_rows
         self._bases: deque[int] = deque()

@@ -3,9 +3,9 @@
 Batches wait in one queue per target partition, in source order. Each round the planner
 (``packing.plan_request``) takes the head batch of as many partitions as fit ``max.request.size``
 (exactly one batch per partition: stock brokers reject more), stamps the producer identity into
-each batch header the first time it is sent (``codec.stamp_batches``, one call per request: a new
-61-byte header plus a view of the rest; the payload is never copied or decompressed), and sends the request while up to
-``max.in.flight.requests.per.connection`` others are outstanding. With
+each batch header the first time it is sent (``codec.stamp_batches``, one call per request: a
+new 61-byte header plus a view of the rest; the payload is never copied or decompressed), and
+sends the request while up to ``max.in.flight.requests.per.connection`` others are outstanding. With
 ``target.connections.per.broker`` > 1 a broker has one sink per connection (*lane*) and each
 target partition is pinned to one lane for life, so everything below holds per lane. A stock broker
 works on one request per connection at a time, so lanes let it validate several requests at once;
