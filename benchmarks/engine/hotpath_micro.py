@@ -128,9 +128,8 @@ class FakeTargetConnection:
         self.answered = 0
         self.cid = 0
 
-    @property
-    def frame(self) -> memoryview:
-        """The next answer (the last one again past the end)."""
+    def next_answer(self) -> memoryview:
+        """The next answer (the last one again past the end): answers go in send order."""
         frame = self.frames[min(self.answered, len(self.frames) - 1)]
         self.answered += 1
         return frame
@@ -144,12 +143,13 @@ class FakeTargetConnection:
 
     async def send_raw(self, buffers, cid, *args, **kwargs):
         await asyncio.sleep(0)              # the answer comes on a later loop iteration
-        return self.frame
+        return self.next_answer()
 
     def send_nowait(self, buffers, cid, *args, **kwargs) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        loop.call_soon(lambda: future.done() or future.set_result(self.frame))  # a later turn
+        answer = self.next_answer()      # taken now: answers go in send order
+        loop.call_soon(lambda: future.done() or future.set_result(answer))  # a later turn
         return future
 
     def coalesce_answers(self, answers: int) -> None:
@@ -158,7 +158,7 @@ class FakeTargetConnection:
     def send_with_callback(self, buffers, cid, callback, timeout_ms=None,
                            min_response_bytes=0) -> None:
         # The answer comes on a later turn, as from a socket: the callback runs on it.
-        asyncio.get_running_loop().call_soon(callback, self.frame, None)
+        asyncio.get_running_loop().call_soon(callback, self.next_answer(), None)
 
 
 class FakeCluster:

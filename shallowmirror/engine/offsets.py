@@ -72,10 +72,10 @@ class OffsetMap:
     target extends that row (``count`` grows) instead of adding one: translation is the same
     arithmetic either way (``target_base + (offset - source_base)``), and a mirror without gaps
     keeps one row per partition instead of one per batch - a row per batch was ~88 bytes, 88 MB
-    per partition at the old cap of 1,000,000 rows, reached after ~6 GB of 16 KiB batches. A gap on either
-    side (filtered or dropped batches, a compacted source, another writer on the target, an
-    unknown target offset) starts a new row, as does the first batch after ``seal``; this is how
-    MM2's offset syncs describe a partition too.
+    per partition at the old cap of 1,000,000 rows, reached after ~6 GB of 16 KiB batches. A gap
+    on either side (filtered or dropped batches, a compacted source, another writer on the
+    target, an unknown target offset) starts a new row, as does the first batch after ``seal``;
+    this is how MM2's offset syncs describe a partition too.
 
     Rows are kept as three parallel columns of ints (a ``MapRow`` is made only when one is read).
     ``max_rows`` bounds memory: the oldest rows are dropped first (``first_source_offset`` then

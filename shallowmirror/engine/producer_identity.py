@@ -1,8 +1,9 @@
 """The mirror's producer identity on the target: producer id, epoch and per-partition sequences.
 
-Every forwarded batch is stamped here, in one place, so an exactly-once (transactional) mirror can
-replace this class with one that also carries a transactional id and begins/commits transactions
-around what it stamps.
+The sequences of every forwarded batch are kept here, in one place (the sink stamps a request's
+batches with them in one ``codec.stamp_batches`` call), so an exactly-once (transactional) mirror
+can replace this class with one that also carries a transactional id and begins/commits
+transactions around what it stamps.
 
 Idempotent mode (default): the target assigns ``producer_id``/``producer_epoch`` through
 InitProducerId; each target partition's next sequence starts at 0 and grows by the batch's record
@@ -86,20 +87,12 @@ class ProducerIdentity:
         """The header fields for the next batch of ``topic``/``partition``; advances the sequence."""
         if not self.idempotent:
             return Stamp(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, self.generation)
-        base = self.next_base_sequence((topic, partition), record_count)
-        return Stamp(self.producer_id, self.producer_epoch, base, self.generation)
-
-    def next_base_sequence(self, key: tuple[str, int], record_count: int) -> int:
-        """``stamp(*key, record_count).base_sequence`` without making the Stamp (the producer
-        id and epoch are this object's own): the sink's per-batch path."""
-        if not self.idempotent:
-            return NO_SEQUENCE
         assert self.producer_id >= 0, "stamp() before init()"
         assert record_count > 0, "an idempotent batch needs at least one record"
-        sequences = self._next_sequence
+        sequences, key = self._next_sequence, (topic, partition)
         base = sequences.get(key, 0)
         sequences[key] = (base + record_count) % _SEQUENCE_MODULUS
-        return base
+        return Stamp(self.producer_id, self.producer_epoch, base, self.generation)
 
     def sequences(self) -> dict[tuple[str, int], int] | None:
         """The next sequence per target partition, for ``codec.stamp_batches`` to read and

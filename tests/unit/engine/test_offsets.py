@@ -191,8 +191,9 @@ def test_the_engine_keeps_at_most_offset_map_max_rows_per_partition() -> None:
     from shallowmirror.engine import MirrorEngine
     from shallowmirror.errors import ConfigError
 
-    engine = MirrorEngine({"bootstrap.servers": "127.0.0.1:1"}, {"bootstrap.servers": "127.0.0.1:2"},
-                          topics=["t"], settings={"offset.map.max.rows": 3})
+    engine = MirrorEngine({"bootstrap.servers": "127.0.0.1:1"},
+                          {"bootstrap.servers": "127.0.0.1:2"}, topics=["t"],
+                          settings={"offset.map.max.rows": 3})
     omap = engine.offset_map("t", 0)
     assert engine.offset_map("t", 0) is omap and omap.max_rows == 3
     for i in range(5):                  # a gap after every batch: a row each
@@ -203,5 +204,6 @@ def test_the_engine_keeps_at_most_offset_map_max_rows_per_partition() -> None:
                            {"bootstrap.servers": "127.0.0.1:2"}, topics=["t"])
     assert default.offset_map("t", 0).max_rows == 10_000
     with pytest.raises(ConfigError, match="offset.map.max.rows"):
-        MirrorEngine({"bootstrap.servers": "127.0.0.1:1"}, {"bootstrap.servers": "127.0.0.1:2"},
-                     topics=["t"], settings={"offset.map.max.rows": 0})
+        MirrorEngine({"bootstrap.servers": "127.0.0.1:1"},
+                     {"bootstrap.servers": "127.0.0.1:2"}, topics=["t"],
+                     settings={"offset.map.max.rows": 0})
