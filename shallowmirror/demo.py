@@ -12,11 +12,11 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shallowmirror.cli.main import Terminated, terminate_like_ctrl_c
+from shallowmirror.cli.stop_signals import StopSignals, Terminated
 from shallowmirror.testing.embedded import EmbeddedCluster, embedded_clusters
 from shallowmirror.testing.topics import compare_topics, read_topic
 from shallowmirror.testing.workload import CODECS, LoadResult, Workload, load
@@ -45,10 +45,13 @@ def start_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
         yield source, target
 
 
-def load_samples(source: Any, records: int, codecs: Sequence[str] = CODECS) -> list[LoadResult]:
-    """One topic per codec, filled with JSON-like events through confluent-kafka."""
+def load_samples(source: Any, records: int, codecs: Sequence[str] = CODECS,
+                 between: Callable[[], None] = lambda: None) -> list[LoadResult]:
+    """One topic per codec, filled with JSON-like events through confluent-kafka; ``between``
+    runs before each topic (the demo's check for a Ctrl-C)."""
     results = []
     for codec in codecs:
+        between()
         workload = Workload(topic=f"demo-{codec}", records=records, codec=codec, partitions=3)
         result = load(source, workload)
         print(f"loaded {result.record_count:,} records into {result.topic} ({codec})")
@@ -158,13 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     run = DemoRun()
-    # SIGTERM unwinds like Ctrl-C, so the brokers are stopped by the context manager.
-    terminate_like_ctrl_c()
+    # SIGTERM unwinds like Ctrl-C, so the brokers are stopped by the context manager. A signal
+    # the interpreter swallowed (see StopSignals) is raised again at the next step.
+    stops = StopSignals.install()
     try:
         with start_clusters() as (source, target):
-            run.loads = load_samples(source, args.records)
+            run.loads = load_samples(source, args.records, between=stops.check)
+            stops.check()
             mirror_samples(source, target, run.loads, run)
+            stops.check()
             ok = verify(target, run.loads, run)
+            stops.check()
             print()
             print(report(run))
     except KeyboardInterrupt as interrupt:

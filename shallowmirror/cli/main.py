@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import signal
 import sys
 
 from shallowmirror import __version__
 from shallowmirror.cli.formatting import HelpFormatter, add_log_level, epilog
+from shallowmirror.cli.stop_signals import StopSignals, Terminated
 
 #: Modules under shallowmirror.cli, in the order --help shows them.
 SUBCOMMANDS = ["mirror", "legacy", "verify", "offsets", "load", "bench", "report", "brokers", "info"]
@@ -62,9 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    terminate_like_ctrl_c()
+    stops = StopSignals.install()
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        stops.check()      # a Ctrl-C the interpreter swallowed still ends the command as one
+        return code
     except Terminated:
         print(f"shallowmirror {args.command}: terminated (SIGTERM)", file=sys.stderr)
         return 143
@@ -73,23 +75,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as err:  # noqa: BLE001 - the last line of defence: a message, not a trace
         return _unexpected(args.command, err)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be: every command then cleans up (brokers it started,
-    temporary files, child processes) for ``kill`` and ``timeout`` as it does for Ctrl-C."""
-
-
-def terminate_like_ctrl_c() -> None:
-    """Unless SIGTERM is already handled: commands with their own graceful stop (``mirror``,
-    ``brokers``) install theirs later and replace this one."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
-
-    def raise_terminated(signum, frame):
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, raise_terminated)
 
 
 def _unexpected(command: str, err: BaseException) -> int:
