@@ -226,6 +226,8 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
     broker_cpu = brokers.stop()
     mine.stop()
     return {"wall_s": wall, "cpu_s": cpu - startup_cpu, "startup_cpu_s": startup_cpu,
+            # Kernel time (socket reads and writes, wake-ups) apart from the process's own.
+            "user_s": t.user - start.user, "system_s": t.system - start.system,
             "context_switches": switches,
             "peak_rss_bytes": peak_rss, "ready_rss_bytes": ready_rss,
             "broker_cpu_s": broker_cpu, "wait_s": mine.wait_s[0],
