@@ -1,16 +1,22 @@
 """Ctrl-C and SIGTERM for the commands that stop by unwinding (every command but ``mirror`` and
 ``brokers``, which install graceful stops of their own).
 
-Python turns a signal into an exception wherever the main thread happens to be. When that is a
-weakref callback or a ``__del__`` (an import's module-lock callback is one), the interpreter prints
+SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) where Ctrl-C would raise, so every command
+cleans up the same way for both. SIGINT keeps Python's own handler, so ``asyncio.run`` still turns
+a Ctrl-C into the cancellation of its main task.
+
+Python raises a signal's exception wherever the main thread happens to be. When that is a weakref
+callback or a ``__del__`` (an import's module-lock callback is one), the interpreter prints
 "Exception ignored in ..." and carries on: the Ctrl-C is lost, and the command would finish and
-exit 0 as if it had never come. So the handler also remembers the signal, and ``check()`` raises it
-again at the command's next step and before it reports success.
+exit 0 as if it had never come. ``StopSignals`` catches that case through ``sys.unraisablehook``
+and ``check()`` raises the interrupt again at the command's next step and before it reports
+success.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 from types import FrameType
 from typing import Any
 
@@ -21,40 +27,48 @@ class Terminated(KeyboardInterrupt):
 
 
 class StopSignals:
-    """The SIGINT/SIGTERM handlers of one command run: raise, and remember what was received."""
+    """One command run's SIGTERM handler and its watch for interrupts the interpreter dropped."""
 
     def __init__(self) -> None:
-        #: The first stop signal received, or None.
-        self.received: int | None = None
+        #: An interrupt the interpreter swallowed (``KeyboardInterrupt`` or ``Terminated``).
+        self.swallowed: KeyboardInterrupt | None = None
         self._replaced: dict[int, Any] = {}
+        self._previous_hook: Any = None
 
     @classmethod
     def install(cls) -> StopSignals:
-        """Take over SIGINT and SIGTERM where they still have Python's defaults. A shell's
-        "ignore" (a background job's SIGINT) and a handler someone installed stay as they are."""
+        """SIGTERM raises ``Terminated`` unless someone already handles it (commands with a
+        graceful stop install theirs later and replace this one); swallowed interrupts are
+        remembered from now on."""
         stops = cls()
-        for signum, default in ((signal.SIGINT, signal.default_int_handler),
-                                (signal.SIGTERM, signal.SIG_DFL)):
-            if signal.getsignal(signum) is default:
-                stops._replaced[signum] = signal.signal(signum, stops._raise)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            stops._replaced[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_terminated)
+        stops._previous_hook = sys.unraisablehook
+        sys.unraisablehook = stops._unraisable
         return stops
 
     def restore(self) -> None:
-        """Put back the handlers ``install`` replaced."""
+        """Put back what ``install`` replaced."""
         for signum, previous in self._replaced.items():
             signal.signal(signum, previous)
         self._replaced.clear()
+        if self._previous_hook is not None and sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._previous_hook
+        self._previous_hook = None
 
     def check(self) -> None:
-        """Raise the stop signal received, if any: a no-op unless one was swallowed on its way."""
-        if self.received is not None:
-            raise _exception(self.received)
+        """Raise the interrupt the interpreter swallowed, if any (else a no-op)."""
+        if self.swallowed is not None:
+            raise type(self.swallowed)()
 
-    def _raise(self, signum: int, _frame: FrameType | None) -> None:
-        if self.received is None:
-            self.received = signum
-        raise _exception(signum)
+    def _unraisable(self, unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # Raised again by check(): no "Exception ignored" trace for the operator.
+            if self.swallowed is None:
+                self.swallowed = unraisable.exc_value
+            return
+        self._previous_hook(unraisable)
 
 
-def _exception(signum: int) -> KeyboardInterrupt:
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise Terminated()
