@@ -7,6 +7,7 @@ CI once saw `make demo`'s Ctrl-C land in an import's module-lock weakref callbac
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -15,6 +16,7 @@ import weakref
 
 import pytest
 
+from shallowmirror.cli import main as cli_main
 from shallowmirror.cli.stop_signals import StopSignals, Terminated
 
 
@@ -117,3 +119,42 @@ def test_a_handled_sigterm_is_left_alone():
         installed.restore()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture
+def cli_state():
+    """What ``cli.main.main`` installs for the process's lifetime, put back after the test."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+    yield
+    sys.unraisablehook = hook
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def _parser_running(func):
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=func, command="try", log_level="WARNING")
+    return parser
+
+
+def test_the_cli_exits_130_for_an_interrupt_swallowed_during_its_command(
+        cli_state, monkeypatch, capsys):
+    def command(_args) -> int:
+        _signal_inside_weakref_callback(signal.SIGINT)
+        return 0                                   # would otherwise report success
+
+    monkeypatch.setattr(cli_main, "build_parser", lambda: _parser_running(command))
+    assert cli_main.main([]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "shallowmirror try: interrupted" and "Traceback" not in err
+
+
+def test_ctrl_c_while_the_cli_loads_its_subcommands_is_no_traceback(
+        cli_state, monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    assert cli_main.main([]) == 130
+    assert capsys.readouterr().err.strip() == "shallowmirror: interrupted"
