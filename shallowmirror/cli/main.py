@@ -70,16 +70,25 @@ def main(argv: list[str] | None = None) -> int:
     stops = StopSignals.install()
     try:
         code = int(args.func(args) or 0)
-        stops.check()      # a Ctrl-C the interpreter swallowed still ends the command as one
+        stops.check()      # a Ctrl-C lost on its way still ends the command as one
         return code
-    except Terminated:
-        print(f"shallowmirror {args.command}: terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"shallowmirror {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(args.command, interrupt)
     except Exception as err:  # noqa: BLE001 - the last line of defence: a message, not a trace
+        interrupt = stops.interrupt_behind(err)
+        if interrupt is not None:
+            logging.getLogger("shallowmirror").debug("after the stop signal", exc_info=err)
+            return _interrupted(args.command, interrupt)
         return _unexpected(args.command, err)
+
+
+def _interrupted(command: str, interrupt: KeyboardInterrupt) -> int:
+    """As every shallowmirror command: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C."""
+    if isinstance(interrupt, Terminated):
+        print(f"shallowmirror {command}: terminated (SIGTERM)", file=sys.stderr)
+        return 143
+    print(f"shallowmirror {command}: interrupted", file=sys.stderr)
+    return 130
 
 
 def _unexpected(command: str, err: BaseException) -> int:

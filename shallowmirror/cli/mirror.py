@@ -125,6 +125,7 @@ def _group_features(flow) -> list[str]:
 
 def start(config, args: argparse.Namespace) -> int:
     """Shared tail of `mirror` and `legacy`: --check or run."""
+    from shallowmirror.cli.stop_signals import python_sigint
     from shallowmirror.errors import ConfigError
     from shallowmirror.mirror import logs
     from shallowmirror.mirror.process import run_process
@@ -135,7 +136,8 @@ def start(config, args: argparse.Namespace) -> int:
         print("configuration OK")
         return 0
     try:
-        return run_process(config, process_options(args))
+        with python_sigint():    # asyncio's own Ctrl-C until the process's graceful stop is set
+            return run_process(config, process_options(args))
     except ConfigError as err:  # found at start-up: a port in use, an unwritable metrics file
         return config_error(err)
 

@@ -1,22 +1,28 @@
-"""Ctrl-C and SIGTERM for the commands that stop by unwinding (every command but ``mirror`` and
-``brokers``, which install graceful stops of their own).
+"""Ctrl-C and SIGTERM for the commands that stop by unwinding.
 
-SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) where Ctrl-C would raise, so every command
-cleans up the same way for both. SIGINT keeps Python's own handler, so ``asyncio.run`` still turns
-a Ctrl-C into the cancellation of its main task.
+Both raise where the main thread is (SIGTERM as ``Terminated``, a ``KeyboardInterrupt``), so every
+command cleans up the same way for ``kill`` as for Ctrl-C, and both are remembered, because an
+exception raised there can be lost on its way:
 
-Python raises a signal's exception wherever the main thread happens to be. When that is a weakref
-callback or a ``__del__`` (an import's module-lock callback is one), the interpreter prints
-"Exception ignored in ..." and carries on: the Ctrl-C is lost, and the command would finish and
-exit 0 as if it had never come. ``StopSignals`` catches that case through ``sys.unraisablehook``
-and ``check()`` raises the interrupt again at the command's next step and before it reports
-success.
+- in a weakref callback or a ``__del__`` (an import's module-lock callback is one) the interpreter
+  drops it: "Exception ignored in ...", and the command would carry on and exit 0;
+- inside a confluent-kafka call it comes out as another error: ``SystemError: ... returned NULL
+  without setting an exception`` from its log callback (confluent-kafka-python issue 1708),
+  ``TypeError: expected header key to be unicode string`` from ``produce`` (seen by hand).
+
+``check()`` raises a dropped interrupt again; ``interrupt_behind(err)`` says that an error raised
+after a stop signal came is that stop, whatever the error says.
+
+Around ``asyncio.run`` use ``python_sigint()``: asyncio installs its own Ctrl-C handler (cancel
+the main task) only over Python's, and that is the better stop there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -27,22 +33,23 @@ class Terminated(KeyboardInterrupt):
 
 
 class StopSignals:
-    """One command run's SIGTERM handler and its watch for interrupts the interpreter dropped."""
+    """One command run's SIGINT/SIGTERM handlers, and what they received."""
 
     def __init__(self) -> None:
-        #: An interrupt the interpreter swallowed (``KeyboardInterrupt`` or ``Terminated``).
-        self.swallowed: KeyboardInterrupt | None = None
+        #: The first stop signal received, or None.
+        self.received: int | None = None
         self._replaced: dict[int, Any] = {}
         self._previous_hook: Any = None
 
     @classmethod
     def install(cls) -> StopSignals:
-        """SIGTERM raises ``Terminated`` unless someone already handles it (commands with a
-        graceful stop install theirs later and replace this one); swallowed interrupts are
-        remembered from now on."""
+        """Take over SIGINT and SIGTERM where they have Python's defaults: a shell's "ignore" (a
+        background job's SIGINT) and a command's own graceful stop stay as they are."""
         stops = cls()
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            stops._replaced[signal.SIGTERM] = signal.signal(signal.SIGTERM, _raise_terminated)
+        for signum, default in ((signal.SIGINT, signal.default_int_handler),
+                                (signal.SIGTERM, signal.SIG_DFL)):
+            if signal.getsignal(signum) is default:
+                stops._replaced[signum] = signal.signal(signum, stops._raise)
         stops._previous_hook = sys.unraisablehook
         sys.unraisablehook = stops._unraisable
         return stops
@@ -57,18 +64,47 @@ class StopSignals:
         self._previous_hook = None
 
     def check(self) -> None:
-        """Raise the interrupt the interpreter swallowed, if any (else a no-op)."""
-        if self.swallowed is not None:
-            raise type(self.swallowed)()
+        """Raise the stop signal received, if any: a no-op unless it was lost on its way."""
+        if self.received is not None:
+            raise _exception(self.received)
+
+    def interrupt_behind(self, err: BaseException) -> KeyboardInterrupt | None:
+        """The stop signal received before ``err``, if any: the operator asked to stop, and
+        what a library raises on the way out (often the interrupt in disguise) is not news."""
+        if self.received is not None:
+            return _exception(self.received)
+        return None
+
+    def _raise(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        raise _exception(signum)
 
     def _unraisable(self, unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            # Raised again by check(): no "Exception ignored" trace for the operator.
-            if self.swallowed is None:
-                self.swallowed = unraisable.exc_value
+        interrupt = unraisable.exc_value
+        if isinstance(interrupt, KeyboardInterrupt):
+            # Raised again by check(), so no "Exception ignored" trace for the operator.
+            if self.received is None:
+                self.received = (signal.SIGTERM if isinstance(interrupt, Terminated)
+                                 else signal.SIGINT)
             return
         self._previous_hook(unraisable)
 
 
-def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
-    raise Terminated()
+@contextlib.contextmanager
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for the block (``asyncio.run`` then cancels its main task on
+    Ctrl-C); whatever was installed before comes back after it."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or previous is None:
+        yield                # ignored (a background job) or not set from Python: leave it
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exception(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()

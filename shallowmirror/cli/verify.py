@@ -105,6 +105,7 @@ def summary_lines(result) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from shallowmirror.cli.stop_signals import python_sigint
     from shallowmirror.errors import BrokerError, ConfigError, ConnectionFailedError
     from shallowmirror.mirror.config import load_mm2
     from shallowmirror.mirror.verify import verify
@@ -114,8 +115,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_mm2(args.config)
         progress = None if args.quiet else ProgressLine(sys.stderr)
-        result = asyncio.run(verify(config, flow=args.flow, topic_patterns=args.topics,
-                                    progress=progress))
+        with python_sigint():        # Ctrl-C cancels the comparison rather than raising in it
+            result = asyncio.run(verify(config, flow=args.flow, topic_patterns=args.topics,
+                                        progress=progress))
     except ConfigError as err:
         print(f"shallowmirror verify: {err}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
-"""``StopSignals``: a Ctrl-C or SIGTERM the interpreter swallows is not lost, and Ctrl-C still
-reaches asyncio.run as Python's own handler.
+"""``StopSignals``: a Ctrl-C or SIGTERM lost on its way (dropped by the interpreter, or turned into a
+SystemError by a C extension) still stops the command; asyncio.run keeps its own Ctrl-C.
 
 CI once saw `make demo`'s Ctrl-C land in an import's module-lock weakref callback: Python printed
 "Exception ignored in ... _get_module_lock", the demo mirrored everything and exited 0.
@@ -17,7 +17,7 @@ import weakref
 import pytest
 
 from shallowmirror.cli import main as cli_main
-from shallowmirror.cli.stop_signals import StopSignals, Terminated
+from shallowmirror.cli.stop_signals import StopSignals, Terminated, python_sigint
 
 
 @pytest.fixture
@@ -56,16 +56,40 @@ def _signal_inside_weakref_callback(signum: int) -> None:
     (signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
 def test_a_swallowed_interrupt_is_raised_again_by_check(stops, signum, raised, capsys):
     _signal_inside_weakref_callback(signum)      # no exception escapes: the premise
-    assert type(stops.swallowed) is raised
+    assert stops.received == signum
     assert "Exception ignored" not in capsys.readouterr().err
     with pytest.raises(raised) as info:
         stops.check()
     assert type(info.value) is raised
 
 
-def test_check_is_silent_without_an_interrupt(stops):
+def test_check_is_silent_without_a_signal(stops):
     stops.check()
-    assert stops.swallowed is None
+    assert stops.received is None
+
+
+def test_the_first_signal_is_the_one_remembered(stops):
+    for signum, raised in ((signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)):
+        with pytest.raises(raised):
+            os.kill(os.getpid(), signum)
+            for _ in range(10_000):
+                pass
+    with pytest.raises(Terminated):
+        stops.check()
+
+
+def test_an_error_after_a_stop_signal_is_that_stop(stops):
+    """confluent-kafka turns a Ctrl-C inside its calls into other errors (issue 1708)."""
+    lost = SystemError("<built-in method poll of cimpl.Producer object at 0x7f> returned NULL "
+                       "without setting an exception")
+    assert stops.interrupt_behind(lost) is None          # no signal came: a real error
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):
+            pass
+    assert type(stops.interrupt_behind(lost)) is KeyboardInterrupt
+    assert type(stops.interrupt_behind(TypeError("expected header key to be unicode string"))
+                ) is KeyboardInterrupt
 
 
 def test_other_unraisable_errors_still_reach_the_previous_hook(stops, monkeypatch):
@@ -78,12 +102,12 @@ def test_other_unraisable_errors_still_reach_the_previous_hook(stops, monkeypatc
 
     Broken()
     assert [type(u.exc_value) for u in seen] == [ValueError]
-    assert stops.swallowed is None
+    assert stops.received is None
 
 
-def test_sigint_keeps_pythons_handler_so_asyncio_run_cancels_its_task(stops):
+def test_python_sigint_lets_asyncio_run_cancel_its_main_task(stops):
     """asyncio.run installs its Ctrl-C handler (cancel the main task) only over Python's own."""
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     cancelled = []
 
     async def main():
@@ -94,31 +118,31 @@ def test_sigint_keeps_pythons_handler_so_asyncio_run_cancels_its_task(stops):
             cancelled.append(True)
             raise
 
-    with pytest.raises(KeyboardInterrupt):
+    ours = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), python_sigint():
         asyncio.run(main())
     assert cancelled == [True]
+    assert signal.getsignal(signal.SIGINT) == ours
 
 
-def test_sigterm_raises_terminated(stops):
-    with pytest.raises(Terminated):
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(10_000):
-            pass
-
-
-def test_a_handled_sigterm_is_left_alone():
-    previous = signal.getsignal(signal.SIGTERM)
+def test_an_ignored_or_handled_signal_is_left_alone():
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def custom(_signum, _frame) -> None:
         pass
 
     try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)     # a shell's background job
         signal.signal(signal.SIGTERM, custom)
         installed = StopSignals.install()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) is custom
+        with python_sigint():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         installed.restore()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @pytest.fixture
@@ -158,3 +182,20 @@ def test_ctrl_c_while_the_cli_loads_its_subcommands_is_no_traceback(
     monkeypatch.setattr(cli_main, "build_parser", interrupted)
     assert cli_main.main([]) == 130
     assert capsys.readouterr().err.strip() == "shallowmirror: interrupted"
+
+
+def test_the_cli_says_interrupted_for_a_system_error_behind_a_ctrl_c(
+        cli_state, monkeypatch, capsys):
+    def command(_args) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):
+                pass
+        except KeyboardInterrupt:
+            pass                                   # as confluent-kafka loses it...
+        raise SystemError("<built-in method flush of cimpl.Producer object at 0x7f> returned "
+                          "NULL without setting an exception")   # ...and says this instead
+
+    monkeypatch.setattr(cli_main, "build_parser", lambda: _parser_running(command))
+    assert cli_main.main([]) == 130
+    assert capsys.readouterr().err.strip() == "shallowmirror try: interrupted"
