@@ -1,5 +1,5 @@
-"""``StopSignals``: a Ctrl-C or SIGTERM lost on its way (dropped by the interpreter, or turned into a
-SystemError by a C extension) still stops the command; asyncio.run keeps its own Ctrl-C.
+"""``StopSignals``: a Ctrl-C or SIGTERM lost on its way (dropped by the interpreter, or turned into
+another error by a C extension) still stops the command; asyncio.run keeps its own Ctrl-C.
 
 CI once saw `make demo`'s Ctrl-C land in an import's module-lock weakref callback: Python printed
 "Exception ignored in ... _get_module_lock", the demo mirrored everything and exited 0.
