@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     run = DemoRun()
     # SIGTERM unwinds like Ctrl-C, so the brokers are stopped by the context manager. A signal
-    # the interpreter swallowed (see StopSignals) is raised again at the next step.
+    # lost on its way (see StopSignals) is raised again at the next step.
     stops = StopSignals.install()
     try:
         with start_clusters() as (source, target):
@@ -175,15 +175,25 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(report(run))
     except KeyboardInterrupt as interrupt:
-        # As every shallowmirror command: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C.
-        terminated = isinstance(interrupt, Terminated)
-        print(f"\n{'terminated (SIGTERM)' if terminated else 'interrupted'}; brokers stopped",
-              file=sys.stderr)
-        return 143 if terminated else 130
+        return _interrupted(interrupt)
+    except Exception as err:
+        # After a Ctrl-C, what a client library raises on the way out is that Ctrl-C.
+        interrupt = stops.interrupt_behind(err)
+        if interrupt is None:
+            raise
+        return _interrupted(interrupt)
     if not ok:
         print("demo FAILED: the target differs from the source", file=sys.stderr)
         return 1
     return 0
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    """As every shallowmirror command: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C."""
+    terminated = isinstance(interrupt, Terminated)
+    print(f"\n{'terminated (SIGTERM)' if terminated else 'interrupted'}; brokers stopped",
+          file=sys.stderr)
+    return 143 if terminated else 130
 
 
 if __name__ == "__main__":
