@@ -147,8 +147,11 @@ def test_an_ignored_or_handled_signal_is_left_alone():
 
 @pytest.fixture
 def cli_state():
-    """What ``cli.main.main`` installs for the process's lifetime, put back after the test."""
+    """A fresh process's handlers (an earlier test in this worker may have left others, as
+    PySpark did); what ``cli.main.main`` installs for the process's lifetime is put back."""
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     hook = sys.unraisablehook
     yield
     sys.unraisablehook = hook
