@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 
@@ -32,12 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
     from shallowmirror.errors import ShallowMirrorError
 
     # py4j logs every gateway connection at INFO; it says nothing about the report.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger().addFilter(drop_py4j_interrupt_trace)
     from shallowmirror.reports.report import run_report
 
     try:
@@ -48,3 +49,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {files.html.resolve()}")
     print(f"summary: {files.summary_json.resolve()} and {len(files.csv)} CSV file(s) beside it")
     return 0
+
+
+def drop_py4j_interrupt_trace(record: logging.LogRecord) -> bool:
+    """py4j logs a Ctrl-C during a Spark call as an ERROR with a traceback, on the root logger
+    ("KeyboardInterrupt while sending command."); the command says "interrupted" itself."""
+    return not (record.getMessage().startswith("KeyboardInterrupt while sending command")
+                and f"py4j{os.sep}" in record.pathname)

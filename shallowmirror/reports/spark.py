@@ -14,9 +14,11 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -145,7 +147,6 @@ def _jvm_stderr_filtered():
     """While the driver JVM is launched, give it a stderr pipe that forwards every line to the
     real stderr except ``_JVM_START_NOISE`` (a thread copies until the JVM exits); this
     process's own stderr is restored as soon as the launch returns."""
-    import threading
 
     read_fd, write_fd = os.pipe()
     saved = os.dup(2)
@@ -209,6 +210,8 @@ def spark_session(
         )
     else:
         builder = builder.config("spark.log.level", "ERROR")
+    children_before = _child_pids()
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         with _quiet_log4j2_file() as log4j2, _jvm_stderr_filtered():
             if master.startswith("local"):
@@ -217,10 +220,39 @@ def spark_session(
                 builder = builder.config("spark.driver.extraJavaOptions",
                                          f"-Dlog4j2.configurationFile=file:{log4j2}")
             session = builder.getOrCreate()
-    except Exception as err:  # noqa: BLE001 - py4j raises plain Exceptions on gateway failure
-        raise ShallowMirrorError(f"could not start Spark (master {master}): {err}") from err
+    except BaseException as err:
+        # A gateway JVM launched but not yet connected (Ctrl-C during the launch, or a failed
+        # start) is nobody's: PySpark ignores SIGINT in it and only watches its stdin once
+        # connected. It would run on after this process, so it goes now.
+        _kill_children_since(children_before)
+        if isinstance(err, Exception):  # py4j raises plain Exceptions on gateway failure
+            raise ShallowMirrorError(f"could not start Spark (master {master}): {err}") from err
+        raise
+    # PySpark's SIGINT handler cancels the jobs through the gateway from inside the handler;
+    # when the main thread is itself waiting on the gateway, that call is re-entrant and py4j
+    # logs errors with tracebacks over the operator's Ctrl-C. The caller's handler comes back
+    # (``stop_session`` ends the jobs with the JVM).
+    if sigint is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, sigint)
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _child_pids() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children()}
+
+
+def _kill_children_since(before: set[int], timeout_s: float = 10.0) -> None:
+    """SIGKILL this process's children that were not there in ``before``, and reap them."""
+    import psutil
+
+    new = [child for child in psutil.Process().children() if child.pid not in before]
+    for child in new:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(new, timeout=timeout_s)
 
 
 def stop_session(session: SparkSession, timeout_s: float = 30.0) -> None:

@@ -1,0 +1,105 @@
+"""Ctrl-C while Spark's gateway JVM starts leaves no JVM behind.
+
+PySpark starts the JVM with SIGINT ignored and only watches its stdin once it has connected, so a
+Ctrl-C during the launch used to leave an orphaned ``SparkSubmit`` running after ``shallowmirror
+report`` had exited (seen by hand: still running minutes later).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+CHILD = r"""
+import json
+
+import psutil
+import pyspark.java_gateway as gateway
+
+from shallowmirror.reports.spark import spark_session
+
+launched = []
+real_popen = gateway.Popen
+
+
+def popen_then_ctrl_c(*args, **kwargs):
+    launched.append(real_popen(*args, **kwargs))   # the JVM is starting...
+    raise KeyboardInterrupt                        # ...when the operator presses Ctrl-C
+
+
+gateway.Popen = popen_then_ctrl_c
+try:
+    spark_session(master="local[1]")
+except KeyboardInterrupt:
+    pass
+left = [c.pid for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE]
+print(json.dumps({"launched": [p.pid for p in launched], "left": sorted(left)}))
+"""
+
+
+def _needs_java() -> None:
+    pytest.importorskip("pyspark")
+    from shallowmirror.reports.spark import JavaMissingError, check_java
+
+    try:
+        check_java()
+    except JavaMissingError as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but Spark cannot run: {err}")
+        pytest.skip(str(err))
+
+
+def test_ctrl_c_during_the_gateway_launch_kills_the_jvm(tmp_path):
+    _needs_java()
+    # Output to a file, not a pipe: a JVM left behind would hold a pipe open, and the test
+    # would wait for it instead of failing.
+    out = tmp_path / "child.out"
+    with out.open("w") as sink:
+        proc = subprocess.run([sys.executable, "-c", CHILD], stdout=sink,
+                              stderr=subprocess.STDOUT, timeout=120)
+    text = out.read_text()
+    result = json.loads(text.strip().splitlines()[-1]) if text.strip() else {}
+    launched, left = result.get("launched", []), result.get("left", [])
+    try:
+        assert proc.returncode == 0, text[-2000:]
+        assert len(launched) == 1, text[-2000:]      # the premise: a JVM was launched
+        assert left == [], f"JVM {left} outlived the interrupted launch"
+    finally:
+        for pid in set(launched) | set(left):       # never leave one behind, even failing
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+KEEPS_HANDLER = r"""
+import signal
+
+from shallowmirror.reports.spark import spark_session, stop_session
+
+
+def ours(signum, frame):
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, ours)
+session = spark_session(master="local[1]")
+try:
+    print("kept" if signal.getsignal(signal.SIGINT) is ours else "replaced")
+finally:
+    stop_session(session)
+"""
+
+
+def test_the_callers_ctrl_c_handler_survives_the_session_start():
+    """PySpark's own handler calls the gateway from inside the signal handler: a Ctrl-C while
+    the main thread waits on the gateway then logs py4j errors over the operator's Ctrl-C."""
+    _needs_java()
+    proc = subprocess.run([sys.executable, "-c", KEEPS_HANDLER], capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["kept"], proc.stdout
