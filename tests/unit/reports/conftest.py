@@ -12,15 +12,11 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """A local[2] session; skips (with the reason) when Java is missing, fails under CI=true."""
+def java() -> None:
+    """PySpark and a usable Java: skips (with the reason) when either is missing, fails under
+    CI=true."""
     pytest.importorskip("pyspark")
-    from shallowmirror.reports.spark import (
-        JavaMissingError,
-        check_java,
-        spark_session,
-        stop_session,
-    )
+    from shallowmirror.reports.spark import JavaMissingError, check_java
 
     try:
         check_java()
@@ -29,6 +25,13 @@ def spark() -> Iterator[object]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but Spark cannot run: {err}")
         pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def spark(java) -> Iterator[object]:
+    """A local[2] session (see ``java`` for when there is none)."""
+    from shallowmirror.reports.spark import spark_session, stop_session
+
     # Fixture data is a few rows: one shuffle partition spares tasks that would sit empty.
     session = spark_session(master="local[2]", app_name="shallowmirror-tests",
                             shuffle_partitions=1)

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 
 import psutil
-import pytest
 
 CHILD = r"""
 import json
@@ -43,20 +41,7 @@ print(json.dumps({"launched": [p.pid for p in launched], "left": sorted(left)}))
 """
 
 
-def _needs_java() -> None:
-    pytest.importorskip("pyspark")
-    from shallowmirror.reports.spark import JavaMissingError, check_java
-
-    try:
-        check_java()
-    except JavaMissingError as err:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but Spark cannot run: {err}")
-        pytest.skip(str(err))
-
-
-def test_ctrl_c_during_the_gateway_launch_kills_the_jvm(tmp_path):
-    _needs_java()
+def test_ctrl_c_during_the_gateway_launch_kills_the_jvm(java, tmp_path):
     # Output to a file, not a pipe: a JVM left behind would hold a pipe open, and the test
     # would wait for it instead of failing.
     out = tmp_path / "child.out"
@@ -95,10 +80,9 @@ finally:
 """
 
 
-def test_the_callers_ctrl_c_handler_survives_the_session_start():
+def test_the_callers_ctrl_c_handler_survives_the_session_start(java):
     """PySpark's own handler calls the gateway from inside the signal handler: a Ctrl-C while
     the main thread waits on the gateway then logs py4j errors over the operator's Ctrl-C."""
-    _needs_java()
     proc = subprocess.run([sys.executable, "-c", KEEPS_HANDLER], capture_output=True, text=True,
                           timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
