@@ -40,6 +40,7 @@ cdef extern from "Python.h":
     int PyBUF_READ
 
 # Layout constants (mirrors shallowmirror/codec/layout.py; a unit test compares them).
+cdef int64_t SEQUENCE_MODULUS = 1 << 31
 cdef enum:
     LOG_OVERHEAD = 12
     MAGIC_OFFSET = 16
@@ -63,7 +64,7 @@ LAYOUT = {
     "LEGACY_MIN_LENGTH_V0": LEGACY_MIN_LENGTH_V0, "LEGACY_MIN_LENGTH_V1": LEGACY_MIN_LENGTH_V1,
     "COMPRESSION_MASK": COMPRESSION_MASK, "TIMESTAMP_TYPE_MASK": TIMESTAMP_TYPE_MASK,
     "TRANSACTIONAL_MASK": TRANSACTIONAL_MASK, "CONTROL_MASK": CONTROL_MASK,
-    "DELETE_HORIZON_MASK": DELETE_HORIZON_MASK,
+    "DELETE_HORIZON_MASK": DELETE_HORIZON_MASK, "SEQUENCE_MODULUS": SEQUENCE_MODULUS,
 }
 
 __all__ = ["BatchView", "SplitResult", "split_batches", "filter_batches", "rewrite_for_produce",
@@ -612,8 +613,6 @@ def rewrite_for_produce(batch, *, producer_id=-1, producer_epoch=-1, base_sequen
     return _rewrite(<BatchView>batch, producer_id, producer_epoch, base_sequence, transactional,
                     clear_log_append_time)
 
-
-cdef int64_t SEQUENCE_MODULUS = 1 << 31
 
 
 def stamp_batches(picks, *, producer_id=-1, producer_epoch=-1, generation, sequences=None,

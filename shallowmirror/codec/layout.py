@@ -99,6 +99,11 @@ CODEC_NAMES = tuple(COMPRESSION_NAMES.values())
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
+# --- producer sequences ---
+# A batch's base sequence grows by its record count and wraps to 0 after Int32 max (Kafka's
+# DefaultRecordBatch.incrementSequence); every stamper of idempotent batches uses this.
+SEQUENCE_MODULUS = 1 << 31
+
 # --- control records ---
 CONTROL_TYPE_ABORT = 0
 CONTROL_TYPE_COMMIT = 1

@@ -434,9 +434,6 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
     return bytes(header), rest
 
 
-_SEQUENCE_MODULUS = 1 << 31
-
-
 def stamp_batches(picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -1,
                   producer_epoch: int = -1, generation: int,
                   sequences: dict[Hashable, int] | None = None,
@@ -462,7 +459,7 @@ def stamp_batches(picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -
             if count <= 0:
                 raise ValueError(f"an idempotent batch needs at least one record ({batch!r})")
             base = _as_int("sequence", sequences.get(key, 0), 0, _INT32_MAX)
-            sequences[key] = (base + count) % _SEQUENCE_MODULUS
+            sequences[key] = (base + count) % L.SEQUENCE_MODULUS
         batch.header, batch.rest = rewrite_for_produce(
             view, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base,
             clear_log_append_time=clear_log_append_time)

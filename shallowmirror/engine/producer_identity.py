@@ -21,9 +21,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
+from shallowmirror.codec.layout import SEQUENCE_MODULUS
+
 log = logging.getLogger(__name__)
 
-_SEQUENCE_MODULUS = 1 << 31
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -91,7 +92,7 @@ class ProducerIdentity:
         assert record_count > 0, "an idempotent batch needs at least one record"
         sequences, key = self._next_sequence, (topic, partition)
         base = sequences.get(key, 0)
-        sequences[key] = (base + record_count) % _SEQUENCE_MODULUS
+        sequences[key] = (base + record_count) % SEQUENCE_MODULUS
         return Stamp(self.producer_id, self.producer_epoch, base, self.generation)
 
     def sequences(self) -> dict[tuple[str, int], int] | None:

@@ -71,6 +71,7 @@ from kafka.protocol.producer import (
 )
 
 from shallowmirror import codec
+from shallowmirror.codec.layout import SEQUENCE_MODULUS
 from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine.batch import TP, FetchedBatch
 from shallowmirror.engine.producer_identity import ProducerIdentity, Stamp
@@ -92,7 +93,6 @@ TTP = tuple[str, int]
 GROUP_KEY, TRANSACTION_KEY = 0, 1          # FindCoordinator key types
 #: Produce requests of one source partition in flight at once (idempotence tracks 5).
 MAX_IN_FLIGHT = 5
-_SEQUENCE_MODULUS = 1 << 31
 
 PRODUCER_FENCED = Errors.ProducerFencedError.errno
 INVALID_PRODUCER_EPOCH = Errors.InvalidProducerEpochError.errno
@@ -340,7 +340,7 @@ class PartitionTransaction:
         ttp = (batch.target_topic, batch.target_partition)
         assert ttp[0] is not None and ttp[1] is not None
         base = self._sequences.get(ttp, 0)
-        self._sequences[ttp] = (base + batch.record_count) % _SEQUENCE_MODULUS
+        self._sequences[ttp] = (base + batch.record_count) % SEQUENCE_MODULUS
         batch.header, batch.rest = codec.rewrite_for_produce(
             batch.view, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
             base_sequence=base, transactional=True,
