@@ -489,6 +489,13 @@ class Sink:
                     self._retry(ttp, batch, refresh=False)
                     self.owner.request_identity_reset(f"{info.name} from {where}")
             elif code in (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE):
+                if ttp[0] in self.owner.limit_lookups_pending:
+                    # The error names the topic's max.message.bytes: resend (the partition
+                    # waits, nothing overtakes) until the lookup has answered.
+                    log.debug("%s from %s before its max.message.bytes is known: resent",
+                              info.name, where)
+                    self._retry(ttp, batch, refresh=False)
+                    continue
                 tq.in_flight -= 1
                 self.owner.batch_rejected_too_large(batch, info.name)
                 self._maybe_requeue(ttp, tq)
@@ -588,6 +595,8 @@ class Sinks:
         #: target topic -> its max.message.bytes (None: not known), learnt once per topic so a
         #: MESSAGE_TOO_LARGE can name the limit without a round trip at failure time.
         self._message_limits: dict[str, int | None] = {}
+        #: Target topics whose max.message.bytes lookup has not answered yet.
+        self.limit_lookups_pending: set[str] = set()
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -677,6 +686,7 @@ class Sinks:
         batch.target_topic, batch.target_partition = target_topic, target_partition
         if target_topic not in self._message_limits:
             self._message_limits[target_topic] = None
+            self.limit_lookups_pending.add(target_topic)
             self.runtime.supervisor.spawn(
                 self._learn_message_limit(target_topic), what="target topic limit lookup",
                 where=Where(cluster=self.alias, topic=target_topic))
@@ -784,23 +794,28 @@ class Sinks:
 
     async def _learn_message_limit(self, topic: str) -> None:
         """Ask the target once for ``topic``'s max.message.bytes (topic override or broker
-        default); any failure just leaves it unknown: it only improves an error message."""
+        default); any failure just leaves it unknown: it only improves an error message. Until
+        it has answered, a batch the target rejects as too large is resent, so that the error
+        can name the limit (``Sink._answered``)."""
         assert self.cluster is not None
-        with contextlib.suppress(Exception):
-            conn = await self.cluster.any_connection()
-            # All keys (None), not ["max.message.bytes"]: tansu 0.6 closes the connection on a
-            # key list, and with it every produce request in flight on that connection.
-            req = DescribeConfigsRequest(
-                resources=[DescribeConfigsRequest.DescribeConfigsResource(
-                    resource_type=2, resource_name=topic,  # 2: TOPIC
-                    configuration_keys=None)],
-                include_synonyms=False, include_documentation=False,
-                version=conn.api_version(DescribeConfigsRequest.API_KEY,
-                                         versions(DescribeConfigsRequest.API_KEY)))
-            result = (await conn.request(req)).results[0]
-            for entry in result.configs if result.error_code == 0 else []:
-                if entry.name == "max.message.bytes" and entry.value:
-                    self._message_limits[topic] = int(entry.value)
+        try:
+            with contextlib.suppress(Exception):
+                conn = await self.cluster.any_connection()
+                # All keys (None), not ["max.message.bytes"]: tansu 0.6 closes the connection on a
+                # key list, and with it every produce request in flight on that connection.
+                req = DescribeConfigsRequest(
+                    resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                        resource_type=2, resource_name=topic,  # 2: TOPIC
+                        configuration_keys=None)],
+                    include_synonyms=False, include_documentation=False,
+                    version=conn.api_version(DescribeConfigsRequest.API_KEY,
+                                             versions(DescribeConfigsRequest.API_KEY)))
+                result = (await conn.request(req)).results[0]
+                for entry in result.configs if result.error_code == 0 else []:
+                    if entry.name == "max.message.bytes" and entry.value:
+                        self._message_limits[topic] = int(entry.value)
+        finally:
+            self.limit_lookups_pending.discard(topic)
 
     def batch_rejected_too_large(self, batch: FetchedBatch, error_name: str) -> None:
         limit = self._message_limits.get(batch.target_topic)
