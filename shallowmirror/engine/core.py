@@ -347,8 +347,32 @@ class EngineCore:
             ack_one = self._ack_one
             hooked = bool(self.hooks.batch_acknowledged)
             recording = self.metrics.recording
+            if hooked or recording or not self.runtime.startup.done:
+                for batch, target_base in acked:
+                    ack_one(batch, target_base, hooked, recording)
+                return
+            partitions = self.partitions
             for batch, target_base in acked:
-                ack_one(batch, target_base, hooked, recording)
+                # The usual batch (what _ack_one does for it, without its calls: this runs once
+                # per forwarded batch): a plain batch of an owned partition, acknowledged with
+                # an offset, nobody awaiting it.
+                sp = partitions.get((batch.topic, batch.partition))
+                if (target_base is None or sp is None or batch.abandoned or batch.acked
+                        or batch.start < 0 or batch.done or batch._future is not None
+                        or batch._callbacks is not None):
+                    ack_one(batch, target_base, False, False)
+                    continue
+                sp.offsets.ack(batch, target_base)
+                sp.records += batch.record_count
+                sp.batches += 1
+                sp.bytes += batch.size
+                batch.done = True
+                lease = batch.lease
+                if lease is not None:
+                    lease.drop()
+                    batch.lease = None
+                batch.view = None
+                batch.rest = None
         finally:
             self.runtime.progress.notify()
 
