@@ -1,7 +1,8 @@
 """The floor under any asyncio mirror: what one Produce request costs the client with no engine.
 
     .venv/bin/python benchmarks/engine/request_floor.py [--broker kafka|tansu] \\
-        [--kafka-home DIR] [--partitions 8] [--batch-bytes 16384,262144] [--megabytes 400]
+        [--kafka-home DIR] [--partitions 8] [--batch-bytes 16384,262144] [--megabytes 400] \\
+        [--clients asyncio,blocking,native] [--coalesce 1,2,3]
 
 Starts one cluster (``--broker``), creates an 8-partition topic, builds one lz4 batch per
 partition per size (~300-byte records up to ``--batch-bytes`` uncompressed, no producer id, so
@@ -13,7 +14,9 @@ or acknowledged: the request is encoded (native encoder, a new correlation id ea
 its answer read and its error codes checked.
 
 ``--coalesce 1,2`` runs the asyncio client waking for every answer and for every two
-(``target.answers.per.wakeup``); ``blocking`` is a plain socket without an event loop.
+(``target.answers.per.wakeup``); ``blocking`` is a plain socket without an event loop;
+``native`` is a blocking socket from C (``request_floor.c``, compiled here with ``cc``): what a
+request costs with no interpreter at all.
 Prints, per batch size, the client's CPU per request and per GB. The difference between two sizes,
 divided by the difference of their batches per GB, is the per-batch cost of this loop alone: what
 a mirror built on this connection and event loop pays per batch before its engine does anything.
@@ -28,6 +31,7 @@ import json
 import os
 import random
 import resource
+import tempfile
 import time
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -152,9 +156,10 @@ async def measure(bootstrap: str, batches: list[bytes], megabytes: int,
 
 
 def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
-                     in_flight: int, version: int) -> dict:
+                     in_flight: int, version: int, requests: int | None = None) -> dict:
     """The same requests from a plain blocking socket (no event loop): ``in_flight`` written,
-    then one more after each answer. What the event loop adds is the difference."""
+    then one more after each answer. What the event loop adds is the difference. ``requests``:
+    that many instead of ``megabytes``' worth (and no warm-up)."""
     import socket
     import struct
 
@@ -163,7 +168,7 @@ def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     parts = [(p, ((memoryview(b),),)) for p, b in enumerate(batches)]
     request_bytes = sum(len(b) for b in batches)
-    total = max(200, megabytes * 1_000_000 // request_bytes)
+    total = requests or max(200, megabytes * 1_000_000 // request_bytes)
     cid = 0
     header = bytearray(4)
 
@@ -193,7 +198,7 @@ def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
                 if part.error_code:
                     raise RuntimeError(f"{TOPIC}-{part.partition}: error {part.error_code}")
 
-    for _ in range(20):
+    for _ in range(0 if requests else 20):
         send_one()
         read_answer()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -221,6 +226,52 @@ def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
                                              + (ru.ru_nivcsw - ru0.ru_nivcsw)) / total}
 
 
+def build_native_client(workdir: str) -> str:
+    """Compile ``request_floor.c`` (beside this file) with the system's C compiler."""
+    import shutil
+    import subprocess
+
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise SystemExit("request_floor: --clients native needs a C compiler (cc, or $CC)")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "request_floor.c")
+    binary = os.path.join(workdir, "request_floor")
+    subprocess.run([compiler, "-O2", "-o", binary, source], check=True)
+    return binary
+
+
+def measure_native(binary: str, bootstrap: str, batches: list[bytes], megabytes: int,
+                   in_flight: int, version: int, workdir: str) -> dict:
+    """The same requests from ``request_floor.c``: no interpreter, a blocking socket, the same
+    bytes every time (one correlation id). Its answers are first checked once from Python."""
+    import subprocess
+
+    check = measure_blocking(bootstrap, batches, 0, in_flight, version, requests=1)
+    assert check["requests"] == 1
+    parts = [(p, ((memoryview(b),),)) for p, b in enumerate(batches)]
+    request = b"".join(bytes(b) for b in codec.encode_produce_request(
+        version=version, correlation_id=7, client_id="floor", transactional_id=None,
+        acks=-1, timeout_ms=30000, topics=[(TOPIC, parts)]))
+    path = os.path.join(workdir, "request.bin")
+    with open(path, "wb") as f:
+        f.write(request)
+    request_bytes = sum(len(b) for b in batches)
+    total = max(200, megabytes * 1_000_000 // request_bytes)
+    host, port = bootstrap.rsplit(":", 1)
+    out = subprocess.run([binary, host, port, path, str(total), str(in_flight)], check=True,
+                         capture_output=True, text=True).stdout
+    got = json.loads(out)
+    cpu = got["user_s"] + got["system_s"]
+    gb = total * request_bytes / 1e9
+    return {"requests": total, "batches": total * len(batches), "request_bytes": request_bytes,
+            "cpu_s": cpu, "wall_s": got["wall_s"], "cpu_us_per_request": cpu / total * 1e6,
+            "cpu_s_per_gb": cpu / gb, "batches_per_gb": total * len(batches) / gb,
+            "mb_s": gb * 1000 / got["wall_s"],
+            "user_us_per_request": got["user_s"] / total * 1e6,
+            "system_us_per_request": got["system_s"] / total * 1e6,
+            "context_switches_per_request": got["context_switches"] / total}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
@@ -237,7 +288,8 @@ def main() -> int:
                              "target.answers.per.wakeup; 1: wake for every answer)")
     parser.add_argument("--clients", default="asyncio,blocking",
                         help="asyncio: the project's connection and event loop; blocking: a "
-                             "plain socket, no event loop")
+                             "plain socket, no event loop; native: a blocking socket from C "
+                             "(request_floor.c, built with cc), no interpreter")
     args = parser.parse_args()
     sizes = [int(s) for s in args.batch_bytes.split(",")]
     clients = []
@@ -249,6 +301,9 @@ def main() -> int:
     batches = {size: [lz4_batch(size, args.value_bytes, seed=p) for p in range(args.partitions)]
                for size in sizes}
     rows: dict[tuple[str, int], list[dict]] = {(c, size): [] for c in clients for size in sizes}
+    scratch = tempfile.TemporaryDirectory(prefix="request-floor-")   # removed at exit
+    workdir = scratch.name
+    native = build_native_client(workdir) if "native" in clients else ""
     with test_clusters.started_clusters(args.broker, "floor",
                                         kafka_home=args.kafka_home) as (cluster,):
         bench_topics.create(cluster.bootstrap, TOPIC, args.partitions)
@@ -262,12 +317,16 @@ def main() -> int:
                         row = asyncio.run(measure(cluster.bootstrap, batches[size],
                                                   args.megabytes, args.in_flight,
                                                   int(client.split("/")[1])))
+                    elif client == "native":
+                        row = measure_native(native, cluster.bootstrap, batches[size],
+                                             args.megabytes, args.in_flight, version, workdir)
                     else:
                         row = measure_blocking(cluster.bootstrap, batches[size],
                                                args.megabytes, args.in_flight, version)
                     rows[(client, size)].append(row)
                     print(json.dumps({"client": client, "batch_bytes": size, "repeat": rep,
                                       **row}), flush=True)
+    scratch.cleanup()
     print(f"{args.broker}, {args.partitions} partitions, medians of {args.repeat}")
     print("client asyncio/N: the project's connection waking for every N answers")
     print(f"{'client':>10} {'batch.size':>10} {'batch B':>8} {'requests':>8} {'us/request':>10} "
