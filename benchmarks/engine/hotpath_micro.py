@@ -2,7 +2,7 @@
 acknowledgement, without sockets or brokers (so without their noise).
 
     PYTHONPATH=. .venv/bin/python benchmarks/engine/hotpath_micro.py [--batch-bytes 5800]
-        [--batches 22224] [--partitions 8] [--repeat 3] [--baseline DIR]
+        [--batches 22224] [--partitions 8 | 1,8,32] [--repeat 3] [--baseline DIR]
 
 A ``MirrorEngine`` (real sources, sinks, planner, stamping, encoder, offsets, acknowledgement) runs
 against two in-process FAKE clusters that answer instantly: the source connection returns
@@ -11,8 +11,10 @@ per fetch, plain v2 batches of ``--batch-bytes``, all partitions in step), the t
 Produce request with a pre-encoded success frame (the k-th request's batches at offset k x records
 per batch, as a real target would place them). Time spent inside the source fake is measured and
 subtracted. Prints CPU microseconds per batch and per MB for each run; ``--baseline DIR`` runs the
-same in a child with ``PYTHONPATH=DIR`` (an older tree), interleaved. The real figure (with the
-network and the brokers) is bench_mirror.py's; this one shows where the engine's own Python goes.
+same in a child with ``PYTHONPATH=DIR`` (an older tree), interleaved. Several partition counts
+also fit the cost as per batch plus per request (a request carries one batch per partition).
+The real figure (with the network and the brokers) is bench_mirror.py's; this one shows where
+the engine's own Python goes.
 """
 
 from __future__ import annotations
@@ -243,11 +245,12 @@ def child(args: argparse.Namespace) -> None:
     tune_for_mirroring()
     batch, count = template_batch(args.batch_bytes)
     per_fetch = max(1, (1 << 20) // len(batch))
-    rounds = max(1, args.batches // (per_fetch * args.partitions))
-    frames = fetch_frames(batch, count, per_fetch, rounds, args.partitions)
+    partitions = int(args.partitions)
+    rounds = max(1, args.batches // (per_fetch * partitions))
+    frames = fetch_frames(batch, count, per_fetch, rounds, partitions)
     end = rounds * per_fetch * count
-    answers = produce_frames(args.partitions, count, rounds * per_fetch)
-    result = asyncio.run(run_once(frames, per_fetch * count, end, args.partitions, answers))
+    answers = produce_frames(partitions, count, rounds * per_fetch)
+    result = asyncio.run(run_once(frames, per_fetch * count, end, partitions, answers))
     result["batch_bytes"] = len(batch)
     print(json.dumps(result), flush=True)
 
@@ -258,8 +261,10 @@ def main() -> int:
                         help="bytes per batch (5800: what a 16 KiB lz4 producer batch of "
                              "300-byte values weighs)")
     parser.add_argument("--batches", type=int, default=22224)
-    parser.add_argument("--partitions", type=int, default=PARTITIONS,
-                        help="partitions of the fake topic: a request carries one batch of each")
+    parser.add_argument("--partitions", default=str(PARTITIONS),
+                        help="partitions of the fake topic: a request carries one batch of "
+                             "each; a comma list (e.g. 1,8,32) also splits the cost into per "
+                             "batch and per request")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", metavar="DIR")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -267,32 +272,57 @@ def main() -> int:
     if args.child:
         child(args)
         return 0
-    variants = [("new", os.environ.get("PYTHONPATH", ""))]
     if args.baseline:
-        variants.append(("base", args.baseline))
-    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+        variants = [("new", os.environ.get("PYTHONPATH", "")), ("base", args.baseline)]
+    else:
+        variants = [("new", os.environ.get("PYTHONPATH", ""))]
+    counts = [int(n) for n in str(args.partitions).split(",") if n.strip()]
+    results: dict[tuple[str, int], list[dict]] = {
+        (name, n): [] for name, _ in variants for n in counts}
     for _ in range(args.repeat):
-        for name, path in variants:
-            env = {**os.environ, "PYTHONPATH": path}
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", "--batch-bytes", str(args.batch_bytes),
-                 "--batches", str(args.batches), "--partitions", str(args.partitions)],
-                env=env, check=True, capture_output=True,
-                text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
-            results[name].append(r)
-            per_request = (f", {r['batches'] / r['requests']:.1f} batches per request"
-                           if r.get("requests") else "")
-            print(f"{name:4} {r['batches']:6} batches of {r['batch_bytes']} B: "
-                  f"{r['cpu_s'] / r['batches'] * 1e6:6.2f} us/batch, "
-                  f"{r['cpu_s'] / (r['bytes'] / 1e9):5.2f} CPU s/GB, wall {r['wall_s']:.2f}s"
-                  f"{per_request}",
-                  flush=True)
-    for name, runs in results.items():
-        per = statistics.median(r["cpu_s"] / r["batches"] * 1e6 for r in runs)
-        print(f"median {name}: {per:.2f} us/batch")
+        for n in counts:
+            for name, path in variants:
+                r = run_child(args, n, path)
+                results[(name, n)].append(r)
+                per_request = (f", {r['batches'] / r['requests']:.1f} batches per request"
+                               if r.get("requests") else "")
+                print(f"{name:4} {r['batches']:6} batches of {r['batch_bytes']} B: "
+                      f"{r['cpu_s'] / r['batches'] * 1e6:6.2f} us/batch, "
+                      f"{r['cpu_s'] / (r['bytes'] / 1e9):5.2f} CPU s/GB, wall {r['wall_s']:.2f}s"
+                      f"{per_request}", flush=True)
+    for name, _ in variants:
+        points = []
+        for n in counts:
+            runs = results[(name, n)]
+            per = statistics.median(r["cpu_s"] / r["batches"] * 1e6 for r in runs)
+            per_req = statistics.median(r["requests"] / r["batches"] for r in runs)
+            points.append((per_req, per))
+            suffix = f" ({n} partitions)" if len(counts) > 1 else ""
+            print(f"median {name}: {per:.2f} us/batch{suffix}")
+        if len(counts) > 1:
+            per_batch, per_request = split_cost(points)
+            print(f"fit {name}: {per_batch:.2f} us per batch + {per_request:.2f} us per request")
     return 0
 
+
+def run_child(args: argparse.Namespace, partitions: int, path: str) -> dict:
+    """One measurement in a fresh interpreter with ``PYTHONPATH=path``."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", "--batch-bytes", str(args.batch_bytes),
+         "--batches", str(args.batches), "--partitions", str(partitions)],
+        env={**os.environ, "PYTHONPATH": path}, check=True, capture_output=True,
+        text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def split_cost(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares of us/batch = per_batch + per_request * (requests per batch)."""
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = (sum((x - mx) * (y - my) for x, y in points)
+             / sum((x - mx) ** 2 for x in xs))
+    return my - slope * mx, slope
 
 if __name__ == "__main__":
     raise SystemExit(main())
