@@ -151,6 +151,10 @@ def test_new_source_partitions_are_added_to_the_remote_topic(source_cluster, tar
     _create(sync.source_admin, name, 2)
     assert _refresh(sync, name) == [name]
     sync.source_admin.create_partitions([NewPartitions(name, 5)])[name].result(15)
+    # Kafka's Metadata shows the widened source a moment after CreatePartitions returns (under
+    # CI load the sync round read 2 partitions and had nothing to widen), and the widened remote
+    # topic a moment after the sync's own CreatePartitions.
+    assert wait_for_partitions(sync.source_admin, name, 5), "the source was not widened to 5"
     assert _refresh(sync, name) == [name]
-    md = sync.target_admin.list_topics(timeout=10)
-    assert len(md.topics[f"A.{name}"].partitions) == 5
+    assert wait_for_partitions(sync.target_admin, f"A.{name}", 5), \
+        "the remote topic was not widened to 5 partitions"
