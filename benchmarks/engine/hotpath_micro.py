@@ -324,5 +324,6 @@ def split_cost(points: list[tuple[float, float]]) -> tuple[float, float]:
              / sum((x - mx) ** 2 for x in xs))
     return my - slope * mx, slope
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

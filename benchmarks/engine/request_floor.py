@@ -77,7 +77,7 @@ async def measure(bootstrap: str, batches: list[bytes], megabytes: int,
         version = conn.api_version(PRODUCE_API_KEY, versions(PRODUCE_API_KEY))
         parts = [(p, ((memoryview(b),),)) for p, b in enumerate(batches)]
         request_bytes = sum(len(b) for b in batches)
-        total = max(200, megabytes * 1_000_000 // request_bytes)
+        total = _request_count(megabytes, request_bytes)
         answer_bytes = produce_response_min_bytes(version, [(TOPIC, len(batches))])
         loop = asyncio.get_running_loop()
         done = loop.create_future()
@@ -140,17 +140,8 @@ async def measure(bootstrap: str, batches: list[bytes], megabytes: int,
             send_one()
         await done
         cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        user, system = ru.ru_utime - ru0.ru_utime, ru.ru_stime - ru0.ru_stime
-        switches = (ru.ru_nvcsw - ru0.ru_nvcsw) + (ru.ru_nivcsw - ru0.ru_nivcsw)
-        gb = total * request_bytes / 1e9
-        return {"requests": total, "batches": total * len(batches),
-                "request_bytes": request_bytes, "cpu_s": cpu, "wall_s": wall,
-                "cpu_us_per_request": cpu / total * 1e6, "cpu_s_per_gb": cpu / gb,
-                "batches_per_gb": total * len(batches) / gb, "mb_s": gb * 1000 / wall,
-                "user_us_per_request": user / total * 1e6,
-                "system_us_per_request": system / total * 1e6,
-                "context_switches_per_request": switches / total, "produce_version": version}
+        return {**_row(total, len(batches), request_bytes, cpu, wall, *_usage_since(ru0)),
+                "produce_version": version}
     finally:
         await cluster.close()
 
@@ -168,7 +159,7 @@ def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     parts = [(p, ((memoryview(b),),)) for p, b in enumerate(batches)]
     request_bytes = sum(len(b) for b in batches)
-    total = requests or max(200, megabytes * 1_000_000 // request_bytes)
+    total = requests or _request_count(megabytes, request_bytes)
     cid = 0
     header = bytearray(4)
 
@@ -213,17 +204,9 @@ def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
             send_one()
             sent += 1
     cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
-    ru = resource.getrusage(resource.RUSAGE_SELF)
+    usage = _usage_since(ru0)
     sock.close()
-    gb = total * request_bytes / 1e9
-    return {"requests": total, "batches": total * len(batches), "request_bytes": request_bytes,
-            "cpu_s": cpu, "wall_s": wall, "cpu_us_per_request": cpu / total * 1e6,
-            "cpu_s_per_gb": cpu / gb, "batches_per_gb": total * len(batches) / gb,
-            "mb_s": gb * 1000 / wall,
-            "user_us_per_request": (ru.ru_utime - ru0.ru_utime) / total * 1e6,
-            "system_us_per_request": (ru.ru_stime - ru0.ru_stime) / total * 1e6,
-            "context_switches_per_request": ((ru.ru_nvcsw - ru0.ru_nvcsw)
-                                             + (ru.ru_nivcsw - ru0.ru_nivcsw)) / total}
+    return _row(total, len(batches), request_bytes, cpu, wall, *usage)
 
 
 def build_native_client(workdir: str) -> str:
@@ -256,20 +239,37 @@ def measure_native(binary: str, bootstrap: str, batches: list[bytes], megabytes:
     with open(path, "wb") as f:
         f.write(request)
     request_bytes = sum(len(b) for b in batches)
-    total = max(200, megabytes * 1_000_000 // request_bytes)
+    total = _request_count(megabytes, request_bytes)
     host, port = bootstrap.rsplit(":", 1)
     out = subprocess.run([binary, host, port, path, str(total), str(in_flight)], check=True,
                          capture_output=True, text=True).stdout
     got = json.loads(out)
-    cpu = got["user_s"] + got["system_s"]
+    return _row(total, len(batches), request_bytes, got["user_s"] + got["system_s"],
+                got["wall_s"], got["user_s"], got["system_s"], got["context_switches"])
+
+
+def _request_count(megabytes: int, request_bytes: int) -> int:
+    """Requests that carry ``megabytes`` (at least 200)."""
+    return max(200, megabytes * 1_000_000 // request_bytes)
+
+
+def _usage_since(ru0: resource.struct_rusage) -> tuple[float, float, int]:
+    """(user s, system s, context switches) of this process since ``ru0``."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return (ru.ru_utime - ru0.ru_utime, ru.ru_stime - ru0.ru_stime,
+            (ru.ru_nvcsw - ru0.ru_nvcsw) + (ru.ru_nivcsw - ru0.ru_nivcsw))
+
+
+def _row(total: int, partitions: int, request_bytes: int, cpu: float, wall: float, user: float,
+         system: float, switches: int) -> dict:
+    """One measurement of ``total`` requests of ``partitions`` batches, every client alike."""
     gb = total * request_bytes / 1e9
-    return {"requests": total, "batches": total * len(batches), "request_bytes": request_bytes,
-            "cpu_s": cpu, "wall_s": got["wall_s"], "cpu_us_per_request": cpu / total * 1e6,
-            "cpu_s_per_gb": cpu / gb, "batches_per_gb": total * len(batches) / gb,
-            "mb_s": gb * 1000 / got["wall_s"],
-            "user_us_per_request": got["user_s"] / total * 1e6,
-            "system_us_per_request": got["system_s"] / total * 1e6,
-            "context_switches_per_request": got["context_switches"] / total}
+    return {"requests": total, "batches": total * partitions, "request_bytes": request_bytes,
+            "cpu_s": cpu, "wall_s": wall, "cpu_us_per_request": cpu / total * 1e6,
+            "cpu_s_per_gb": cpu / gb, "batches_per_gb": total * partitions / gb,
+            "mb_s": gb * 1000 / wall, "user_us_per_request": user / total * 1e6,
+            "system_us_per_request": system / total * 1e6,
+            "context_switches_per_request": switches / total}
 
 
 def main() -> int:
