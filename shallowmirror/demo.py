@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shallowmirror.cli.stop_signals import StopSignals, Terminated
+from shallowmirror.cli.stop_signals import StopSignals, outcome
 from shallowmirror.testing.embedded import EmbeddedCluster, embedded_clusters
 from shallowmirror.testing.topics import compare_topics, read_topic
 from shallowmirror.testing.workload import CODECS, LoadResult, Workload, load
@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             print(report(run))
     except KeyboardInterrupt as interrupt:
         return _interrupted(interrupt)
-    except Exception as err:
+    except Exception:
         # After a Ctrl-C, what a client library raises on the way out is that Ctrl-C.
-        interrupt = stops.interrupt_behind(err)
+        interrupt = stops.received_interrupt()
         if interrupt is None:
             raise
         return _interrupted(interrupt)
@@ -189,11 +189,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(interrupt: KeyboardInterrupt) -> int:
-    """As every shallowmirror command: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C."""
-    terminated = isinstance(interrupt, Terminated)
-    print(f"\n{'terminated (SIGTERM)' if terminated else 'interrupted'}; brokers stopped",
-          file=sys.stderr)
-    return 143 if terminated else 130
+    status, word = outcome(interrupt)
+    print(f"\n{word}; brokers stopped", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 
 from shallowmirror import __version__
 from shallowmirror.cli.formatting import HelpFormatter, add_log_level, epilog
-from shallowmirror.cli.stop_signals import StopSignals, Terminated
+from shallowmirror.cli.stop_signals import StopSignals, outcome
 
 #: Modules under shallowmirror.cli, in the order --help shows them.
 SUBCOMMANDS = ["mirror", "legacy", "verify", "offsets", "load", "bench", "report", "brokers", "info"]
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         return _interrupted(args.command, interrupt)
     except Exception as err:  # noqa: BLE001 - the last line of defence: a message, not a trace
-        interrupt = stops.interrupt_behind(err)
+        interrupt = stops.received_interrupt()
         if interrupt is not None:
             logging.getLogger("shallowmirror").debug("after the stop signal", exc_info=err)
             return _interrupted(args.command, interrupt)
@@ -83,12 +83,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(command: str, interrupt: KeyboardInterrupt) -> int:
-    """As every shallowmirror command: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C."""
-    if isinstance(interrupt, Terminated):
-        print(f"shallowmirror {command}: terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    print(f"shallowmirror {command}: interrupted", file=sys.stderr)
-    return 130
+    status, word = outcome(interrupt)
+    print(f"shallowmirror {command}: {word}", file=sys.stderr)
+    return status
 
 
 def _unexpected(command: str, err: BaseException) -> int:

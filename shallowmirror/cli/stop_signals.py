@@ -10,8 +10,9 @@ exception raised there can be lost on its way:
   without setting an exception`` from its log callback (confluent-kafka-python issue 1708),
   ``TypeError: expected header key to be unicode string`` from ``produce`` (seen by hand).
 
-``check()`` raises a dropped interrupt again; ``interrupt_behind(err)`` says that an error raised
-after a stop signal came is that stop, whatever the error says.
+``check()`` raises a dropped interrupt again; ``received_interrupt()`` is the stop that an error
+raised after a stop signal came stands for, whatever the error says. ``outcome`` is the exit
+status and word every command ends such a stop with.
 
 Around ``asyncio.run`` use ``python_sigint()``: asyncio installs its own Ctrl-C handler (cancel
 the main task) only over Python's, and that is the better stop there.
@@ -65,15 +66,15 @@ class StopSignals:
 
     def check(self) -> None:
         """Raise the stop signal received, if any: a no-op unless it was lost on its way."""
-        if self.received is not None:
-            raise _exception(self.received)
+        interrupt = self.received_interrupt()
+        if interrupt is not None:
+            raise interrupt
 
-    def interrupt_behind(self, err: BaseException) -> KeyboardInterrupt | None:
-        """The stop signal received before ``err``, if any: the operator asked to stop, and
-        what a library raises on the way out (often the interrupt in disguise) is not news."""
-        if self.received is not None:
-            return _exception(self.received)
-        return None
+    def received_interrupt(self) -> KeyboardInterrupt | None:
+        """The stop signal received so far, as its exception (None: none came). An error raised
+        after one is that stop: the operator asked to stop, and what a library raises on the
+        way out (often the interrupt in disguise) is not news."""
+        return None if self.received is None else _exception(self.received)
 
     def _raise(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is None:
@@ -104,6 +105,13 @@ def python_sigint() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def outcome(interrupt: KeyboardInterrupt) -> tuple[int, str]:
+    """(exit status, word) for a stop: 143 for SIGTERM (``kill``, ``timeout``), 130 for Ctrl-C."""
+    if isinstance(interrupt, Terminated):
+        return 143, "terminated (SIGTERM)"
+    return 130, "interrupted"
 
 
 def _exception(signum: int) -> KeyboardInterrupt:
