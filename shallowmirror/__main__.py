@@ -1,3 +1,3 @@
-from shallowmirror.cli.main import main
+from shallowmirror.cli.entry import main
 
 raise SystemExit(main())

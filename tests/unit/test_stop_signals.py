@@ -11,8 +11,10 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -201,3 +203,30 @@ def test_the_cli_says_interrupted_for_a_system_error_behind_a_ctrl_c(
     monkeypatch.setattr(cli_main, "build_parser", lambda: _parser_running(command))
     assert cli_main.main([]) == 130
     assert capsys.readouterr().err.strip() == "shallowmirror try: interrupted"
+
+
+def test_ctrl_c_while_the_console_script_imports_the_cli_is_no_traceback():
+    """The console script's module imports nothing heavy: an interrupt while the CLI's modules
+    load (``logging``, ``argparse``, the commands: ~35 ms) is the usual one-line message."""
+    script = (
+        "import builtins, sys\n"
+        "from shallowmirror.cli import entry\n"
+        "assert 'shallowmirror.cli.main' not in sys.modules and 'logging' not in sys.modules\n"
+        "real = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'shallowmirror.cli.main':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        "sys.exit(entry.main())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (130, "shallowmirror: interrupted")
+
+
+def test_the_console_script_and_python_m_enter_through_the_light_module():
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert 'shallowmirror = "shallowmirror.cli.entry:main"' in pyproject
+    done = subprocess.run([sys.executable, "-m", "shallowmirror", "--version"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("shallowmirror ")
