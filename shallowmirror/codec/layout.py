@@ -104,6 +104,15 @@ LOG_APPEND_TIME = 1
 # DefaultRecordBatch.incrementSequence); every stamper of idempotent batches uses this.
 SEQUENCE_MODULUS = 1 << 31
 
+
+def take_sequence(sequences: dict, key: object, record_count: int) -> int:
+    """The base sequence of ``key``'s next batch of ``record_count`` records (0 for its
+    first); advances ``sequences[key]`` past it, wrapping as Kafka does. The native codec's
+    ``stamp_batches`` does the same step in C."""
+    base = sequences.get(key, 0)
+    sequences[key] = (base + record_count) % SEQUENCE_MODULUS
+    return base
+
 # --- control records ---
 CONTROL_TYPE_ABORT = 0
 CONTROL_TYPE_COMMIT = 1

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from shallowmirror.codec.layout import SEQUENCE_MODULUS
+from shallowmirror.codec.layout import take_sequence
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,7 @@ class ProducerIdentity:
             return Stamp(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, self.generation)
         assert self.producer_id >= 0, "stamp() before init()"
         assert record_count > 0, "an idempotent batch needs at least one record"
-        sequences, key = self._next_sequence, (topic, partition)
-        base = sequences.get(key, 0)
-        sequences[key] = (base + record_count) % SEQUENCE_MODULUS
+        base = take_sequence(self._next_sequence, (topic, partition), record_count)
         return Stamp(self.producer_id, self.producer_epoch, base, self.generation)
 
     def sequences(self) -> dict[tuple[str, int], int] | None:

@@ -71,7 +71,7 @@ from kafka.protocol.producer import (
 )
 
 from shallowmirror import codec
-from shallowmirror.codec.layout import SEQUENCE_MODULUS
+from shallowmirror.codec.layout import take_sequence
 from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine.batch import TP, FetchedBatch
 from shallowmirror.engine.producer_identity import ProducerIdentity, Stamp
@@ -339,8 +339,7 @@ class PartitionTransaction:
     def _stamp(self, batch: FetchedBatch) -> None:
         ttp = (batch.target_topic, batch.target_partition)
         assert ttp[0] is not None and ttp[1] is not None
-        base = self._sequences.get(ttp, 0)
-        self._sequences[ttp] = (base + batch.record_count) % SEQUENCE_MODULUS
+        base = take_sequence(self._sequences, ttp, batch.record_count)
         batch.header, batch.rest = codec.rewrite_for_produce(
             batch.view, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
             base_sequence=base, transactional=True,
