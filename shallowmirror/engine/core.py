@@ -269,7 +269,7 @@ class EngineCore:
         self.runtime.startup.mark("positions known")
         for tp in tps:
             position, skip = starts[tp]
-            omap = self.offset_map(*tp)
+            omap = self._offset_map_from(tp, position)
             sp = SourcePartition(tp[0], tp[1], position, omap)
             sp.skip_to_high_watermark = skip
             sp.last_committed_sent = position
@@ -483,6 +483,21 @@ class EngineCore:
             producer_epoch=self.identity.producer_epoch,
             duplicates_acked_unknown_offset=self.duplicates_unknown_offset,
             startup=self.runtime.startup.seconds())
+
+    def _offset_map_from(self, tp: TP, position: int) -> OffsetMap:
+        """``tp``'s offset map for an ownership starting at ``position``. Rows this process made
+        at or past it are forgotten: that part of the source is mirrored again (its copies
+        land further on the target), or it is not what was mirrored (a topic deleted and
+        re-created: the group's offsets went with it, so ``position`` is its new start)."""
+        omap = self.offset_map(*tp)
+        end = omap.source_end
+        if end is not None and position < end:
+            forgotten = omap.forget_from(position)
+            log.warning("%s: starts at %d, below the %d offsets up to %d this process already "
+                        "mirrored (source topic re-created, or an offset commit lost); their "
+                        "translation is forgotten and offsets from %d are mirrored again",
+                        self._where(tp), position, forgotten, end, position)
+        return omap
 
     def offset_map(self, topic: str, partition: int) -> OffsetMap:
         """The partition's offset map, kept across ownerships (made on first use)."""

@@ -127,20 +127,28 @@ class OffsetMap:
         return MapRow(self._bases[index], self._counts[index], self._targets[index])
 
     def forget_from(self, source_offset: int) -> int:
-        """Drop every row that reaches ``source_offset`` or beyond (the source log restarted
-        below them); returns how many were dropped. Translation of those offsets becomes
-        unknown rather than wrong - for the whole of a run that reaches it: a truncated log
-        loses whole batches, and where they began inside a run is not kept."""
-        dropped = 0
+        """Forget translation from ``source_offset`` on (the source log restarted there: topic
+        re-created, truncated, or an ownership starting below what was mirrored): rows starting
+        there or beyond go, a row reaching past it is cut there. Below it every row stays exact:
+        records below where a log restarts are the ones mirrored (a truncated log loses whole
+        batches from its end). Returns how many source offsets were forgotten."""
+        forgotten = 0
         bases, counts = self._bases, self._counts
-        while bases and bases[-1] + counts[-1] > source_offset:
+        while bases and bases[-1] >= source_offset:
             bases.pop()
-            counts.pop()
+            forgotten += counts.pop()
             self._targets.pop()
-            dropped += 1
-        if dropped:
+        if bases and bases[-1] + counts[-1] > source_offset:
+            forgotten += bases[-1] + counts[-1] - source_offset
+            counts[-1] = source_offset - bases[-1]
+        if forgotten:
             self._next_source = -1           # the last row changed: the next starts its own
-        return dropped
+        return forgotten
+
+    @property
+    def source_end(self) -> int | None:
+        """The source offset after the last row (None: no row)."""
+        return self._bases[-1] + self._counts[-1] if self._bases else None
 
     def __len__(self) -> int:
         return len(self._bases)

@@ -162,20 +162,28 @@ def test_a_mirror_without_gaps_keeps_one_row_however_many_batches() -> None:
 
 
 def test_a_source_log_restarting_below_the_mirrored_rows_forgets_them():
-    """Topic re-created (or truncated) on the source: offsets restart at 0, so rows at or past
-    the new position describe records that are gone; translation there becomes unknown, and new
-    rows can be added from the new position without an overlap."""
+    """Topic re-created (or truncated) on the source: offsets restart below what was mirrored, so
+    translation from the new position on becomes unknown; below it every row stays exact (a row
+    reaching past it is cut, not dropped), and new rows can be added from the new position
+    without an overlap."""
     omap = OffsetMap()
     omap.add(MapRow(0, 300, 0))
     omap.add(MapRow(300, 200, 310))            # after a target gap: a row of its own
-    assert omap.forget_from(350) == 1          # the straddling row goes too
-    assert omap.translate(299) == 299 and omap.translate(300) is None
-    assert omap.forget_from(0) == 1 and len(omap) == 0
+    assert omap.source_end == 500
+    assert omap.forget_from(350) == 150        # the straddling row is cut at 350
+    assert omap.rows() == [MapRow(0, 300, 0), MapRow(300, 50, 310)]
+    assert omap.translate(349) == 359 and omap.translate(350) is None
+    assert omap.translate_position(350) == 360          # after the last record kept
+    assert omap.forget_from(350) == 0 and omap.forget_from(10_000) == 0
+    assert omap.forget_from(0) == 350 and len(omap) == 0 and omap.source_end is None
     omap.add(MapRow(0, 300, 500))              # the re-created topic's records, mirrored after
     assert omap.translate(10) == 510
     omap.add(MapRow(300, 100, 800))            # one run with it: 0..399 -> 500..899
     assert len(omap) == 1
-    assert omap.forget_from(350) == 1 and len(omap) == 0    # where its batches began is not kept
+    assert omap.forget_from(350) == 50         # one run of all history: its head is kept
+    assert omap.rows() == [MapRow(0, 350, 500)] and omap.translate(349) == 849
+    omap.add(MapRow(350, 10, 850))             # continues on both sides, still a row of its own
+    assert len(omap) == 2 and omap.translate(355) == 855
 
 
 def test_partition_offsets_reset_backwards_clears_the_map_from_there():
