@@ -180,18 +180,21 @@ class EngineStats:
     duplicates_acked_unknown_offset: int = 0
     #: Seconds from ``run`` to each start-up phase reached (``engine.startup.PHASES``).
     startup: dict[str, float] = field(default_factory=dict)
+    #: (records, batches, bytes) mirrored of partitions no longer owned (revoked, or their
+    #: topic deleted): ``records``, ``batches`` and ``bytes`` are this engine's totals.
+    released: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def records(self) -> int:
-        return sum(p.records for p in self.partitions.values())
+        return sum(p.records for p in self.partitions.values()) + self.released[0]
 
     @property
     def batches(self) -> int:
-        return sum(p.batches for p in self.partitions.values())
+        return sum(p.batches for p in self.partitions.values()) + self.released[1]
 
     @property
     def bytes(self) -> int:
-        return sum(p.bytes for p in self.partitions.values())
+        return sum(p.bytes for p in self.partitions.values()) + self.released[2]
 
     @property
     def stopped(self) -> dict[TP, str]:

@@ -103,6 +103,9 @@ class EngineCore:
         self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
         self.offset_maps: dict[TP, OffsetMap] = {}
+        #: (records, batches, bytes) mirrored by this engine of partitions it owned and gave
+        #: up: its totals count them, and a partition owned again goes on counting from there.
+        self.released: dict[TP, tuple[int, int, int]] = {}
         #: Where later features attach: batch acknowledged, offsets committed, assigned/revoked.
         self.hooks = EngineHooks()
         if isinstance(self.sinks, TransactionalSinks):
@@ -271,6 +274,8 @@ class EngineCore:
             position, skip = starts[tp]
             omap = self._offset_map_from(tp, position)
             sp = SourcePartition(tp[0], tp[1], position, omap)
+            if tp in self.released:
+                sp.records, sp.batches, sp.bytes = self.released.pop(tp)
             sp.skip_to_high_watermark = skip
             sp.last_committed_sent = position
             assigned.append(sp)
@@ -321,7 +326,8 @@ class EngineCore:
             result[sp.tp] = sp.offsets.committed
         result = self._positions(result)
         for sp in owned:
-            self.partitions.pop(sp.tp, None)
+            if self.partitions.pop(sp.tp, None) is sp:
+                self.released[sp.tp] = (sp.records, sp.batches, sp.bytes)
             if self.resume is not None:
                 self.resume.release(sp.tp)
         if owned:
@@ -482,7 +488,9 @@ class EngineCore:
             budget_peak_bytes=self.budget.peak_bytes, producer_id=self.identity.producer_id,
             producer_epoch=self.identity.producer_epoch,
             duplicates_acked_unknown_offset=self.duplicates_unknown_offset,
-            startup=self.runtime.startup.seconds())
+            startup=self.runtime.startup.seconds(),
+            released=tuple(map(sum, zip(*self.released.values(), strict=True)))
+            if self.released else (0, 0, 0))
 
     def _offset_map_from(self, tp: TP, position: int) -> OffsetMap:
         """``tp``'s offset map for an ownership starting at ``position``. Rows this process made
@@ -493,10 +501,11 @@ class EngineCore:
         end = omap.source_end
         if end is not None and position < end:
             forgotten = omap.forget_from(position)
-            log.warning("%s: starts at %d, below the %d offsets up to %d this process already "
-                        "mirrored (source topic re-created, or an offset commit lost); their "
-                        "translation is forgotten and offsets from %d are mirrored again",
-                        self._where(tp), position, forgotten, end, position)
+            log.warning("%s: starts at %d, below offset %d, up to which this process had "
+                        "mirrored it (source topic re-created, or an offset commit lost): "
+                        "offsets from %d are mirrored again, and the translation of the %d "
+                        "mirrored before is forgotten", self._where(tp), position, end, position,
+                        forgotten)
         return omap
 
     def offset_map(self, topic: str, partition: int) -> OffsetMap:

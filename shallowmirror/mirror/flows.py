@@ -111,6 +111,8 @@ class FlowRunner:
         self.source_topic_count: int | None = None
         self.state = "starting"
         self.restarts = 0
+        #: (records, bytes) mirrored by runners replaced after a failure: still this flow's.
+        self.retired = (0, 0)
         #: Partitions of the first assignment(s) the shallow engines announced (hook).
         self._assigned_total = 0
         self._assigned_event = asyncio.Event()
@@ -456,6 +458,8 @@ class FlowRunner:
                     await asyncio.wait_for(stop.wait(), delay)
                 delay = min(delay * 2, 60.0)
                 index = self.runners.index(runner)
+                done = runner.stats()
+                self.retired = (self.retired[0] + done.records, self.retired[1] + done.bytes)
                 runner = self._make_runner(index)
                 self.runners[index] = runner
 
@@ -491,8 +495,13 @@ class FlowRunner:
     def stats(self) -> FlowStats:
         """Merged counters of this flow's runners."""
         merged = FlowStats(self.name, self.mode)
+        merged.released_records, merged.released_bytes = self.retired
         for runner in self.runners:
             snap = runner.stats()
+            released = getattr(snap, "released", None)     # the engine's partitions given up
+            if released is not None:
+                merged.released_records += released[0]
+                merged.released_bytes += released[2]
             for key, p in snap.partitions.items():
                 if not isinstance(p, PartitionStats):  # the engine's own stats type
                     p = PartitionStats(p.topic, p.partition, p.position, p.high_watermark,

@@ -46,14 +46,18 @@ class FlowStats:
     errors: list[str] = field(default_factory=list)
     #: Latest end-to-end latency measured on mirrored MM2 heartbeats (None: none seen yet).
     heartbeat_latency_ms: float | None = None
+    #: Records and bytes mirrored of partitions no runner owns now (revoked, topic deleted) and
+    #: by runners replaced after a failure: ``records`` and ``bytes`` stay monotonic totals.
+    released_records: int = 0
+    released_bytes: int = 0
 
     @property
     def records(self) -> int:
-        return sum(p.records for p in self.partitions.values())
+        return sum(p.records for p in self.partitions.values()) + self.released_records
 
     @property
     def bytes(self) -> int:
-        return sum(p.bytes for p in self.partitions.values())
+        return sum(p.bytes for p in self.partitions.values()) + self.released_bytes
 
     @property
     def lag(self) -> int | None:

@@ -80,6 +80,7 @@ def test_a_source_topic_deleted_and_re_created_is_mirrored_again_from_its_start(
         admin.delete_topics([topic])[topic].result(30)
         wait_until(lambda: (topic, 0) not in running.stats().partitions, 60,
                    "the engine to give the deleted topic's partition up", running)
+        assert running.stats().records == 50        # still counted, owned or not
         time.sleep(1)                  # its last commit, refused: the topic is gone
         if group_offsets(source_cluster, group_id, topic, [0])[0] >= 0:
             pytest.skip("this broker keeps a deleted topic's committed offsets, so a re-created "
@@ -89,6 +90,8 @@ def test_a_source_topic_deleted_and_re_created_is_mirrored_again_from_its_start(
         wait_until(lambda: len(copies()) >= 130, 90, "the new topic's 80 copies", running)
         omap = running.engine.offset_map(topic, 0)
         translated = [omap.translate(offset) for offset in range(80)]
+        stats = running.stats()
+    assert stats.records == stats.partitions[(topic, 0)].records == 130
     assert copies() == ([f"old-{i}".encode() for i in range(50)]
                         + [f"new-{i}".encode() for i in range(80)])
     assert translated == list(range(50, 130))

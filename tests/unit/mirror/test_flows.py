@@ -15,13 +15,15 @@ class ScriptedRunner:
     def __init__(self, script: list):
         self.script = script
         self.runs = 0
+        self.records = 0                # what this runner has mirrored (10 bytes a record)
 
     def set_topics(self, topics):
         pass
 
     def stats(self):
-        from shallowmirror.mirror.stats import FlowStats
-        return FlowStats("A->B", "fake")
+        from shallowmirror.mirror.stats import FlowStats, PartitionStats
+        return FlowStats("A->B", "fake", {("t", 0): PartitionStats(
+            "t", 0, records=self.records, bytes=10 * self.records)})
 
     async def run(self, stop=None):
         self.runs += 1
@@ -53,6 +55,7 @@ def test_failed_runner_is_restarted_from_the_last_commit(monkeypatch):
     async def scenario():
         stop = asyncio.Event()
         first = make(0)
+        first.records = 500             # mirrored before it failed
         runner.runners = [first]
         task = asyncio.create_task(runner._supervise(first, stop))
         for _ in range(100):
@@ -65,6 +68,10 @@ def test_failed_runner_is_restarted_from_the_last_commit(monkeypatch):
     asyncio.run(scenario())
     assert runner.restarts == 1 and len(made) == 2 and made[1].runs == 1
     assert runner.runners == [made[1]]
+    made[1].records = 30
+    stats = runner.stats()              # the failed runner's records still count
+    assert (stats.records, stats.bytes) == (530, 5300)
+    assert stats.partitions[("t", 0)].records == 30
 
 
 def test_abort_on_send_failure_fails_the_flow():
