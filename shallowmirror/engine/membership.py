@@ -328,8 +328,11 @@ class Membership:
             consumer.commit(offsets=[_topic_partition(tp, off, metadata.get(tp))
                                      for tp, off in owned.items()], asynchronous=False)
         except KafkaException as err:
+            error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
+            said = f"{error.name()}: {error.str()}" if error is not None else str(err)
             raise RuntimeError(f"commit of {len(owned)} source offsets under group "
-                               f"{self.group_id} on cluster {self.source_alias} failed: {err}") from err
+                               f"{self.group_id} on cluster {self.source_alias} failed: {said}"
+                               ) from err
 
     def _announce(self, consumer: Consumer, partitions: list[TP]) -> None:
         self.assigned_at = time.monotonic()
