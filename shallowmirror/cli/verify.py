@@ -96,9 +96,11 @@ def summary_lines(result) -> list[str]:
         repacked = f", {s.repacked:,} re-packed compared record by record" if s.repacked else ""
         dropped = (f", {s.dropped:,} control/aborted/empty source batches not mirrored"
                    if s.dropped else "")
+        older = (f", {s.older:,} older target batches skipped (their records are gone from "
+                 "the source's log)" if s.older else "")
         lines.append(f"{t.flow} {t.topic} -> {t.target_topic}: {t.partitions} partitions, "
                      f"{s.batches:,} batches, {s.records:,} records, {s.source_bytes:,} bytes "
-                     f"compared{repacked}{dropped}")
+                     f"compared{repacked}{dropped}{older}")
     return lines
 
 

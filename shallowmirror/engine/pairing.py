@@ -164,20 +164,33 @@ class PartitionReader:
                     return part
         raise BrokerError(Errors.UnknownTopicOrPartitionError.errno, self.where(offset))
 
-    def _first_answer(self, part: Any) -> bool:
-        """Fix start and end from the first answer; False if the fetch must be repeated at the
-        log start offset (offset 0 is below it)."""
-        if (part.error_code == Errors.OffsetOutOfRangeError.errno and self.from_log_start
-                and part.log_start_offset > 0):
-            self.start_offset = self.position = part.log_start_offset
-            return False
+    def _below_log_start(self, part: Any) -> bool:
+        """The first fetch from the log start asked for offset 0, and the log starts later
+        (retention or DeleteRecords moved it): asked once."""
+        return (part.error_code == Errors.OffsetOutOfRangeError.errno and self.from_log_start
+                and self.start_offset == 0)
+
+    async def _log_start(self, part: Any) -> int:
+        """Where the log starts after an OFFSET_OUT_OF_RANGE at 0: the answer's log start
+        offset where the broker gives one (tansu), else ListOffsets(earliest) (Kafka answers
+        -1 beside the error)."""
+        from shallowmirror.engine.source import list_offset
+
+        start = part.log_start_offset
+        if start <= 0:
+            start = await list_offset(self.cluster, (self.topic, self.partition), -2)
+        if start <= 0:
+            raise BrokerError(part.error_code, self.where(0))
+        return start
+
+    def _first_answer(self, part: Any) -> None:
+        """Fix the end from the first answer."""
         if part.error_code:
             raise BrokerError(part.error_code, self.where())
         end = part.high_watermark
         if self.read_committed and part.last_stable_offset >= 0:
             end = part.last_stable_offset
         self.end_offset = end
-        return True
 
     def _kept(self, part: Any) -> list:
         """The batches of one answer that the comparison sees, and the position advanced."""
@@ -209,9 +222,12 @@ class PartitionReader:
             while pending is not None:
                 part = await pending
                 pending = None
-                if self.end_offset is None and not self._first_answer(part):
-                    pending = asyncio.ensure_future(self._fetch(self.position))
-                    continue
+                if self.end_offset is None:
+                    if self._below_log_start(part):
+                        self.start_offset = self.position = await self._log_start(part)
+                        pending = asyncio.ensure_future(self._fetch(self.position))
+                        continue
+                    self._first_answer(part)
                 if part.error_code:
                     raise BrokerError(part.error_code, self.where())
                 assert self.end_offset is not None

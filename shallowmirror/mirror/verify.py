@@ -18,6 +18,10 @@ runs when it resumes from the target): header fields that must survive forwardin
 records section byte for byte; a batch the engine re-packs through the deep path record by
 record, counted as re-packed in the summary.
 
+A source whose log start moved past 0 (retention, DeleteRecords) no longer has the records the
+target's first batches copied: the target is read up to the copy of the source's first batch,
+the batches before it are counted as older (not compared), and the zip starts there.
+
 Out of scope: a mirror that did not start at the source's log start (``auto.offset.reset=latest``
 or a target that was trimmed by retention) shows as a mismatch at the first batch; a mirror still
 running shows as a missing tail. Run verify after ``mirror --exit-when-caught-up``.
@@ -38,6 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shallowmirror.codec import deep
 from shallowmirror.engine.pairing import (
     MAX_PARTITION_BYTES,
     BatchCursor,
@@ -92,6 +97,7 @@ class PartitionTally:
     target_bytes: int = 0
     repacked: int = 0
     dropped: int = 0        # source control/aborted/empty batches the mirror does not forward
+    older: int = 0          # target batches of records the source log no longer has
 
     def add(self, other: PartitionTally) -> None:
         for name in vars(self):
@@ -162,6 +168,11 @@ async def verify_partition(job: PartitionJob, source: Cluster, target: Cluster, 
 async def _zip(job: PartitionJob, src: BatchCursor, tgt: BatchCursor, tally: PartitionTally,
                progress: Progress | None) -> Mismatch | None:
     reported_at = 0
+    first = await src.peek()
+    if first is not None and src.reader.start_offset > 0:
+        problem = await _skip_older(job, first, src, tgt, tally)
+        if problem is not None:
+            return problem
     while (s := await src.take()) is not None:
         t = await tgt.peek()
         if t is None:
@@ -196,6 +207,48 @@ async def _zip(job: PartitionJob, src: BatchCursor, tgt: BatchCursor, tally: Par
                             f"extra on the target: {batches} batches ({records} records) from "
                             f"target offset {extra.base_offset} on have no source batch")
     return None
+
+
+async def _skip_older(job: PartitionJob, first: Any, src: BatchCursor, tgt: BatchCursor,
+                      tally: PartitionTally) -> Mismatch | None:
+    """The source log starts past 0 (retention or DeleteRecords removed its head): the target
+    batches before the copy of the source's first batch hold records the source no longer has.
+    They are skipped (counted as ``older``) and that pair is compared whole, as it was mirrored
+    (the first batch may now straddle the log start). A target without that copy is a
+    mismatch: started later, trimmed by its own retention, or another topic."""
+    start = src.reader.start_offset
+    # A first batch straddling the log start was re-packed if the mirror came after the cut:
+    # its copy then begins with the record at the log start.
+    at_start = (_record_key(next(r for r in deep.decode_records(first) if r.offset >= start))
+                if needs_rebuild(first, start) else None)
+    skipped = records = 0
+    while (t := await tgt.peek()) is not None:
+        if compare_forwarded(first, t) is None:
+            await src.take()
+            await tgt.take()
+            tally.older += skipped
+            tally.batches += 1
+            tally.records += first.record_count
+            tally.source_bytes += first.size
+            tally.target_bytes += t.size
+            return None
+        if at_start is not None and _record_key(deep.decode_records(t)[0]) == at_start:
+            tally.older += skipped
+            return None                  # the zip compares the re-packed copy from here
+        await tgt.take()
+        skipped += 1
+        records += t.record_count
+    return job.mismatch(first.base_offset, None,
+                        f"no copy of the source's first batch (offset {first.base_offset}; the "
+                        f"source log starts at {src.reader.start_offset}, retention or "
+                        f"DeleteRecords removed what was below) among the target's {skipped} "
+                        f"batches ({records} records): the mirror started later, or the target "
+                        "was trimmed by its own retention")
+
+
+def _record_key(record: deep.Record) -> tuple:
+    """What identifies a record wherever it is stored (not its offset)."""
+    return (record.timestamp, record.key, record.value, record.headers)
 
 
 async def _compare_rebuilt(job: PartitionJob, s: Any, start_offset: int, tgt: BatchCursor,
