@@ -230,3 +230,30 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
             detail = f"; engine: {running.stats()}" if running is not None else ""
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
         time.sleep(0.2)
+
+
+def three_batches(cluster: Any, topic: str, compression: str = "lz4") -> None:
+    """One partition, three batches of ``compression``: offsets 0-99, 100-199, 200-299."""
+    from confluent_kafka import Producer
+
+    create_topic(cluster.client_config(), Workload(topic, partitions=1))
+    producer = Producer({**cluster.client_config(), "compression.type": compression,
+                         "linger.ms": 1000, "batch.size": 1_000_000})
+    for b in range(3):
+        for i in range(100):
+            producer.produce(topic, key=f"k{b}-{i}".encode(), value=b"v" * 100, partition=0)
+        producer.flush(30)
+
+
+def delete_records_before(cluster: Any, topic: str, offset: int) -> None:
+    """DeleteRecords on partition 0 (skips the test where the broker has none: tansu)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(cluster.client_config())
+    try:
+        done = admin.delete_records([TopicPartition(topic, 0, offset)])
+        low = next(iter(done.values())).result(30)
+    except Exception as err:  # noqa: BLE001 - a broker without DeleteRecords
+        pytest.skip(f"this broker does not delete records (DeleteRecords failed: {err})")
+    assert low.low_watermark == offset, vars(low)

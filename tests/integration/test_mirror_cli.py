@@ -237,6 +237,22 @@ def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_
     assert codecs == {1}, codecs  # gzip
 
 
+def test_the_deep_path_finds_the_codec_past_a_moved_log_start(source_cluster, unique_topic):
+    """The deep path recompresses with the source's codec, read from a stored batch header.
+    Where retention moved the log start, Kafka answers the fetch at 0 with OFFSET_OUT_OF_RANGE
+    and no log start; the probe then asks ListOffsets (it said None: the default codec)."""
+    from engine_support import delete_records_before, three_batches
+
+    from shallowmirror.mirror.codec_probe import probe_codec
+
+    topic = unique_topic("probe")
+    three_batches(source_cluster, topic, "zstd")
+    config = source_cluster.client_config()
+    assert asyncio.run(probe_codec(config, topic)) == "zstd"
+    delete_records_before(source_cluster, topic, 100)
+    assert asyncio.run(probe_codec(config, topic)) == "zstd"
+
+
 def test_a_flow_can_switch_between_shallow_and_deep(source_cluster, target_cluster, tmp_path,
                                                    unique_topic):
     topic = unique_topic("switch")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_support import _flip_last_byte_on_disk
+from engine_support import _flip_last_byte_on_disk, delete_records_before, three_batches
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from test_mirror_cli import group_timings, mm2_properties, run_cli, run_until_caught_up
 
@@ -264,32 +264,6 @@ def test_verify_reports_a_missing_tail_and_an_extra_batch(source_cluster, target
     assert f"source A {extra}-0" not in result.stdout     # partition 0 is equal
 
 
-def _three_batches(cluster, topic: str) -> None:
-    """One partition, three lz4 batches: offsets 0-99, 100-199, 200-299."""
-    from confluent_kafka import Producer
-
-    create_topic(cluster.client_config(), Workload(topic, partitions=1))
-    producer = Producer({**cluster.client_config(), "compression.type": "lz4",
-                         "linger.ms": 1000, "batch.size": 1_000_000})
-    for b in range(3):
-        for i in range(100):
-            producer.produce(topic, key=f"k{b}-{i}".encode(), value=b"v" * 100, partition=0)
-        producer.flush(30)
-
-
-def _delete_records_before(cluster, topic: str, offset: int) -> None:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(cluster.client_config())
-    try:
-        done = admin.delete_records([TopicPartition(topic, 0, offset)])
-        low = next(iter(done.values())).result(30)
-    except Exception as err:  # noqa: BLE001 - a broker without DeleteRecords
-        pytest.skip(f"this broker does not delete records (DeleteRecords failed: {err})")
-    assert low.low_watermark == offset, vars(low)
-
-
 def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_cluster,
                                                           tmp_path, unique_topic):
     """Retention (or DeleteRecords) moved the source's log start: the target's first batches
@@ -300,8 +274,8 @@ def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_c
     start comes from ListOffsets."""
     before, after = unique_topic("verify-cut"), unique_topic("verify-cut-late")
     for topic in (before, after):
-        _three_batches(source_cluster, topic)
-    _delete_records_before(source_cluster, after, 150)       # before mirroring, mid-batch
+        three_batches(source_cluster, topic)
+    delete_records_before(source_cluster, after, 150)       # before mirroring, mid-batch
     config = _config(tmp_path, source_cluster, target_cluster, f"{before},{after}")
     run_until_caught_up("mirror", str(config))
 
@@ -311,7 +285,7 @@ def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_c
         return lines[0]
 
     for cut, batches, records, older in ((100, 2, 200, 1), (150, 2, 200, 1)):
-        _delete_records_before(source_cluster, before, cut)
+        delete_records_before(source_cluster, before, cut)
         result = _verify(config, "--topics", before)
         assert result.returncode == 0, result.stdout + result.stderr
         line = summary(result, before)
@@ -325,7 +299,7 @@ def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_c
     assert "older" not in line, line
 
     # A target trimmed past the source's cut has no copy of its first batch: a mismatch.
-    _delete_records_before(target_cluster, f"A.{before}", 200)
+    delete_records_before(target_cluster, f"A.{before}", 200)
     result = _verify(config, "--topics", before)
     assert result.returncode == 1, result.stdout + result.stderr
     assert (f"MISMATCH flow A->B: source A {before}-0 offset 100 / target B A.{before}-0: no "
