@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.errors import OffsetOutOfRangeError
+
 from shallowmirror import codec
+from shallowmirror.engine.source import list_offset
 from shallowmirror.errors import BrokerError, Where
 from shallowmirror.net import Cluster
 from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
@@ -48,7 +51,7 @@ class FetchTotals:
 async def fetch_all(config: Mapping[str, Any], topic: str, *, alias: str = "cluster",
                     keep: bool = True, max_bytes: int = 16 * 1024 * 1024,
                     isolation_level: int = 0) -> tuple[dict[int, list[BatchInfo]], FetchTotals]:
-    """Every batch of ``topic`` from offset 0 to the high watermark seen along the way."""
+    """Every batch of ``topic`` from its log start to the high watermark seen along the way."""
     cluster = Cluster(config, alias)
     await cluster.start()
     totals = FetchTotals()
@@ -82,6 +85,13 @@ async def fetch_all(config: Mapping[str, Any], topic: str, *, alias: str = "clus
                 response = codec.decode_fetch_response(frame, version)
                 for t in response.topics:
                     for part in t.partitions:
+                        if (part.error_code == OffsetOutOfRangeError.errno
+                                and position[part.partition] == 0):
+                            # Retention moved the log start (Kafka does not say where to).
+                            position[part.partition] = await list_offset(
+                                cluster, (topic, part.partition), -2)
+                            if position[part.partition] > 0:
+                                continue
                         if part.error_code:
                             raise BrokerError(part.error_code, Where(
                                 cluster=alias, topic=topic, partition=part.partition,

@@ -237,10 +237,11 @@ def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_
     assert codecs == {1}, codecs  # gzip
 
 
-def test_the_deep_path_finds_the_codec_past_a_moved_log_start(source_cluster, unique_topic):
-    """The deep path recompresses with the source's codec, read from a stored batch header.
-    Where retention moved the log start, Kafka answers the fetch at 0 with OFFSET_OUT_OF_RANGE
-    and no log start; the probe then asks ListOffsets (it said None: the default codec)."""
+def test_readers_from_the_log_start_follow_a_moved_log_start(source_cluster, unique_topic):
+    """Where retention moved the log start, Kafka answers a fetch at 0 with OFFSET_OUT_OF_RANGE
+    and no log start; the readers that start there then ask ListOffsets. The deep path's codec
+    probe (it recompresses with the source's codec; it said None: the default codec) and the
+    fetch-only reader (it raised)."""
     from engine_support import delete_records_before, three_batches
 
     from shallowmirror.mirror.codec_probe import probe_codec
@@ -251,6 +252,9 @@ def test_the_deep_path_finds_the_codec_past_a_moved_log_start(source_cluster, un
     assert asyncio.run(probe_codec(config, topic)) == "zstd"
     delete_records_before(source_cluster, topic, 100)
     assert asyncio.run(probe_codec(config, topic)) == "zstd"
+    batches, totals = asyncio.run(fetch_all(config, topic))
+    assert [(b.base_offset, b.record_count) for b in batches[0]] == [(100, 100), (200, 100)]
+    assert totals.records == 200
 
 
 def test_a_flow_can_switch_between_shallow_and_deep(source_cluster, target_cluster, tmp_path,
