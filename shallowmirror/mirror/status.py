@@ -130,7 +130,7 @@ class Summary:
                    if self.startup_s is not None else "")
         lines = [f"mirrored {counted(self.records, 'record')}, {self.bytes / _MB:.1f} MB in "
                  f"{self.wall_s:.1f} s ({self.mb_per_s:.1f} MB/s{startup}), CPU "
-                 f"{self.cpu_s:.1f} s" + (" — caught up" if self.caught_up else "")]
+                 f"{self.cpu_s:.1f} s" + self._caught_up_text()]
         for name, f in self.flows.items():
             # The shallow path counts batch bytes as stored; the deep path key + value bytes.
             kind = "compressed" if f["mode"] == "shallow" else "uncompressed"
@@ -139,6 +139,12 @@ class Summary:
                          f"{lag_text(f['lag'], f['lag_unknown'])}")
             lines += [f"    error: {e}" for e in f["errors"]]
         return "\n".join(lines)
+
+    def _caught_up_text(self) -> str:
+        if not self.caught_up:
+            return ""
+        failed = sum(len(f["errors"]) for f in self.flows.values())
+        return f" — caught up, except {failed} stopped (below)" if failed else " — caught up"
 
     def as_dict(self) -> dict[str, Any]:
         return {"flows": self.flows, "records": self.records, "bytes": self.bytes,

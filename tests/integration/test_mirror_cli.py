@@ -352,6 +352,34 @@ def test_running_mirror_picks_up_new_topics_and_config_changes(
     _same(source_cluster, late, target_cluster, f"A.{late}")
 
 
+def test_caught_up_with_a_stopped_partition_is_not_a_success(source_cluster, target_cluster,
+                                                              tmp_path, unique_topic):
+    """--exit-when-caught-up stops once every partition that can go on has caught up; one that
+    stopped with an error (here a batch above max.request.size) was not mirrored: exit 1, and
+    the summary says so on its first line and names the error."""
+    from confluent_kafka import Producer
+
+    topic = unique_topic("stopped")
+    load(source_cluster, Workload(topic, records=200, partitions=2, codec="lz4",
+                                  value_bytes=100))
+    producer = Producer({**source_cluster.client_config(), "compression.type": "none"})
+    producer.produce(topic, value=os.urandom(300_000), partition=0)
+    producer.flush(30)
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **{"A->B.enabled": "true", "A->B.topics": topic,
+                               "A->B.max.request.size": "200000"})
+    result = run_cli("mirror", str(config), "--exit-when-caught-up", "--caught-up-timeout",
+                     "90", timeout_s=150)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]
+    assert first.endswith("— caught up, except 1 stopped (below)"), result.stdout
+    assert f"error: {topic}-0: source batch of 300" in result.stdout, result.stdout
+    assert "max.request.size=200000" in result.stdout, result.stdout
+    assert "caught up except 1 stopped partitions or topics" in result.stderr, result.stderr[-3000:]
+    copies = read_topic(target_cluster.client_config(), f"A.{topic}")
+    assert len(copies[1]) == len(read_topic(source_cluster.client_config(), topic)[1])
+
+
 def test_sigterm_then_restart_loses_nothing(source_cluster, target_cluster, tmp_path,
                                             unique_topic):
     topic = unique_topic("restart")

@@ -63,6 +63,12 @@ def test_summary_text():
                        startup_s=1.0)
     assert joined.text().startswith("mirrored 5,000 records, 2.0 MB in 3.0 s (1.0 MB/s, after "
                                     "1.0 s of start-up), CPU 0.5 s — caught up")
+    # Caught up only where it could go on: a stopped partition is said on the first line.
+    stopped = _snap(5000, 2_000_000)
+    stopped.errors.append("orders-1: stopped: CRC")
+    lines = summarize([stopped], wall_s=2.0, cpu_s=0.5, caught_up=True).text().splitlines()
+    assert lines[0].endswith("CPU 0.5 s — caught up, except 1 stopped (below)"), lines
+    assert lines[-1] == "    error: orders-1: stopped: CRC", lines
 
 
 def test_prometheus_collector_uses_mm2_names():
