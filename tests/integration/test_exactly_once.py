@@ -276,9 +276,11 @@ def test_two_instances_in_one_group_killed_in_turn_lose_and_duplicate_nothing(
         wait_for(lambda: _committed_count(target_cluster, remote) == 32000, 120,
                  "both instances to mirror everything", mirrors[0])
         for mirror in mirrors:
-            # The last restarted one may still be importing when the other has copied the rest:
-            # a SIGTERM before its handler is installed would end it by the signal (-15).
-            wait_for(lambda m=mirror: "shallowmirror: flows" in m.log(), 60,
+            # The last restarted one may still be starting when the other has copied the rest:
+            # a SIGTERM before its handler is installed ends it by the signal (-15), and one
+            # before its clusters answered is "stopped before it could start" (exit 1). Its
+            # transactional producer is up once both answered.
+            wait_for(lambda m=mirror: " is producer " in m.log(), 60,
                      "the mirror to be running", mirror)
             assert mirror.terminate() == 0, mirror.log()[-3000:]
     finally:
