@@ -788,8 +788,8 @@ class Sinks:
             f"source batch of {batch.size} bytes (source {self.source_alias} "
             f"{batch.topic}-{batch.partition} offset {batch.source_base}) does not fit "
             f"max.request.size={limit} for target {self.alias}: raise max.request.size "
-            f"and the target topic's max.message.bytes (broker message.max.bytes) above "
-            f"{batch.size}", Where(cluster=self.alias, topic=batch.target_topic,
+            f"(mm2.properties: {self.alias}.producer.max.request.size) and the target topic's "
+            f"max.message.bytes (broker message.max.bytes) above {batch.size}", Where(cluster=self.alias, topic=batch.target_topic,
                                    partition=batch.target_partition)))
 
     async def _learn_message_limit(self, topic: str) -> None:

@@ -379,6 +379,7 @@ def test_caught_up_with_a_stopped_partition_is_not_a_success(source_cluster, tar
     assert first.endswith("— caught up, except 1 stopped (below)"), result.stdout
     assert f"error: {topic}-0: source batch of 300" in result.stdout, result.stdout
     assert "max.request.size=200000" in result.stdout, result.stdout
+    assert "(mm2.properties: B.producer.max.request.size)" in result.stdout, result.stdout
     assert "caught up except 1 stopped partitions or topics" in result.stderr, result.stderr[-3000:]
     copies = read_topic(target_cluster.client_config(), f"A.{topic}")
     assert len(copies[1]) == len(read_topic(source_cluster.client_config(), topic)[1])
