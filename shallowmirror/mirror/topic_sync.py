@@ -135,7 +135,13 @@ class TopicSync:
                                   f"would receive both {other} and {topic}: change the "
                                   "replication policy or the topic filters")
                 continue
+            had = state.remote_partitions
             state.remote_partitions = remote.get(state.remote_topic, 0)
+            if had and not state.remote_partitions:
+                log.warning("flow %s: remote topic %s is gone from %s (deleted there?); "
+                            "creating it again: what was mirrored into it before is lost, and "
+                            "mirroring goes on from the source offsets committed so far",
+                            self.flow.name, state.remote_topic, self.flow.target)
             try:
                 self._ensure(state)
             except ClusterUnreachableError:

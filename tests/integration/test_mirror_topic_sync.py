@@ -158,3 +158,22 @@ def test_new_source_partitions_are_added_to_the_remote_topic(source_cluster, tar
     assert _refresh(sync, name) == [name]
     assert wait_for_partitions(sync.target_admin, f"A.{name}", 5), \
         "the remote topic was not widened to 5 partitions"
+
+
+def test_a_remote_topic_deleted_on_the_target_is_created_again_with_a_warning(
+        source_cluster, target_cluster, caplog):
+    name = f"tdel{uuid.uuid4().hex[:6]}"
+    sync = _sync(source_cluster, target_cluster, topics=name)
+    _create(sync.source_admin, name, 2)
+    assert _refresh(sync, name) == [name]
+    assert wait_for_partitions(sync.target_admin, f"A.{name}", 2)
+    sync.target_admin.delete_topics([f"A.{name}"])[f"A.{name}"].result(15)
+    deadline = time.monotonic() + 15
+    while f"A.{name}" in sync.target_admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, "the remote topic was not deleted"
+        time.sleep(0.1)
+    with caplog.at_level("WARNING", logger="shallowmirror.mirror.topic_sync"):
+        assert _refresh(sync, name) == [name]
+    assert f"remote topic A.{name} is gone from B (deleted there?); creating it again" \
+        in caplog.text, caplog.text
+    assert wait_for_partitions(sync.target_admin, f"A.{name}", 2)
