@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(PY) -m shallowmirror.testing.suite $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check shallowmirror tests benchmarks examples
+	$(PY) -m ruff check shallowmirror tests benchmarks
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks/codec --benchmark-only --benchmark-columns=median,ops --benchmark-sort=name

@@ -103,3 +103,13 @@ def test_both_implementations_expose_the_same_functions():
 
         assert codec.split_batches is _crecords.split_batches
         assert codec.decode_fetch_response is _cmessages.decode_fetch_response
+
+
+def test_the_code_is_ruff_clean():
+    """What `make lint` checks, checked by `make test` too (CI runs only the latter)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "shallowmirror", "tests",
+                           "benchmarks"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
