@@ -22,9 +22,11 @@ A source whose log start moved past 0 (retention, DeleteRecords) no longer has t
 target's first batches copied: the target is read up to the copy of the source's first batch,
 the batches before it are counted as older (not compared), and the zip starts there.
 
-Out of scope: a mirror that did not start at the source's log start (``auto.offset.reset=latest``
-or a target that was trimmed by retention) shows as a mismatch at the first batch; a mirror still
-running shows as a missing tail. Run verify after ``mirror --exit-when-caught-up``.
+A target without the source's head (a mirror that did not start at the source's log start,
+``auto.offset.reset=latest``, or a remote topic re-created or trimmed by retention) is a mismatch
+at the first batch, said as such when the target's first batch is the copy of a later source
+batch; a mirror still running shows as a missing tail. Run verify after
+``mirror --exit-when-caught-up``.
 
 Concurrency and memory: ``PARTITIONS_IN_FLIGHT`` partitions of a topic are compared at once (the
 brokers' fetch latency overlaps the comparing), each holding one Fetch response per side plus
@@ -190,6 +192,8 @@ async def _zip(job: PartitionJob, src: BatchCursor, tgt: BatchCursor, tally: Par
         await tgt.take()
         reason = compare_forwarded(s, t)
         if reason is not None:
+            if tally.batches == 0 and tally.older == 0:    # the very first pair
+                reason = await _head_missing(s, t, src) or reason
             return job.mismatch(s.base_offset, t.base_offset, reason)
         tally.batches += 1
         tally.records += s.record_count
@@ -244,6 +248,23 @@ async def _skip_older(job: PartitionJob, first: Any, src: BatchCursor, tgt: Batc
                         f"DeleteRecords removed what was below) among the target's {skipped} "
                         f"batches ({records} records): the mirror started later, or the target "
                         "was trimmed by its own retention")
+
+
+async def _head_missing(first: Any, t: Any, src: BatchCursor) -> str | None:
+    """Why the first pair differs, when the target's first batch is the copy of a later source
+    batch: the target lacks the source's head (mirror started later, remote topic re-created or
+    trimmed by its retention). None when no source batch matches (then the pair's own reason
+    stands). Reads the source on, only after a mismatch."""
+    batches, records = 1, first.record_count
+    while (s := await src.take()) is not None:
+        if compare_forwarded(s, t) is None:
+            return (f"the target's first batch is the copy of source offset {s.base_offset}: "
+                    f"the {batches} source batches ({records} records) from offset "
+                    f"{first.base_offset} before it are not on the target (the mirror started "
+                    "later, or the remote topic was re-created or trimmed by its retention)")
+        batches += 1
+        records += s.record_count
+    return None
 
 
 def _record_key(record: deep.Record) -> tuple:

@@ -273,10 +273,11 @@ def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_c
     inside a batch and re-packed it. Kafka answers an out-of-range fetch with log start -1: the
     start comes from ListOffsets."""
     before, after = unique_topic("verify-cut"), unique_topic("verify-cut-late")
-    for topic in (before, after):
+    headless = unique_topic("verify-headless")
+    for topic in (before, after, headless):
         three_batches(source_cluster, topic)
     delete_records_before(source_cluster, after, 150)       # before mirroring, mid-batch
-    config = _config(tmp_path, source_cluster, target_cluster, f"{before},{after}")
+    config = _config(tmp_path, source_cluster, target_cluster, f"{before},{after},{headless}")
     run_until_caught_up("mirror", str(config))
 
     def summary(result, topic: str) -> str:
@@ -297,6 +298,15 @@ def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_c
     line = summary(result, after)
     assert "2 batches, 150 records" in line and "1 re-packed" in line, line
     assert "older" not in line, line
+
+    # The other way round, a target that lost its head: said as such, not as the first pair's
+    # differing timestamps.
+    delete_records_before(target_cluster, f"A.{headless}", 100)
+    result = _verify(config, "--topics", headless)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (f"A.{headless}-0 offset 100: the target's first batch is the copy of source offset "
+            "100: the 1 source batches (100 records) from offset 0 before it are not on the "
+            "target") in result.stdout, result.stdout
 
     # A target trimmed past the source's cut has no copy of its first batch: a mismatch.
     delete_records_before(target_cluster, f"A.{before}", 200)
