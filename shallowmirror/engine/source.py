@@ -170,6 +170,12 @@ class Source:
     async def _fetch_once(self, ready: list[tuple[str, int]],
                           max_bytes: int | None = None) -> None:
         conn = await self.owner.connection(self.node_id)
+        # Partitions revoked, stopped or moved while the loop waited for budget room or the
+        # connection are not asked for (one revoked there once failed the fetch loop, KeyError).
+        ready = [tp for tp in ready if (sp := self.partitions.get(tp)) is not None
+                 and sp.fetchable]
+        if not ready:
+            return
         version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
         asked = {tp: self.partitions[tp].fetch_position for tp in ready}
         incremental = self.session.active
