@@ -39,6 +39,7 @@ from kafka import errors as Errors
 from shallowmirror import codec
 from shallowmirror.codec import deep
 from shallowmirror.codec.layout import HEADER_SIZE
+from shallowmirror.engine.source import log_start
 from shallowmirror.errors import BrokerError, CorruptDataError, Where
 from shallowmirror.net import Cluster
 from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
@@ -171,14 +172,9 @@ class PartitionReader:
                 and self.start_offset == 0)
 
     async def _log_start(self, part: Any) -> int:
-        """Where the log starts after an OFFSET_OUT_OF_RANGE at 0: the answer's log start
-        offset where the broker gives one (tansu), else ListOffsets(earliest) (Kafka answers
-        -1 beside the error)."""
-        from shallowmirror.engine.source import list_offset
-
-        start = part.log_start_offset
-        if start <= 0:
-            start = await list_offset(self.cluster, (self.topic, self.partition), -2)
+        """Where the log starts after an OFFSET_OUT_OF_RANGE at 0 (``source.log_start``)."""
+        start = await log_start(self.cluster, (self.topic, self.partition),
+                                part.log_start_offset)
         if start <= 0:
             raise BrokerError(part.error_code, self.where(0))
         return start

@@ -16,7 +16,7 @@ from typing import Any
 from kafka.errors import OffsetOutOfRangeError
 
 from shallowmirror import codec
-from shallowmirror.engine.source import list_offset
+from shallowmirror.engine.source import log_start
 from shallowmirror.errors import BrokerError, Where
 from shallowmirror.net import Cluster
 from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
@@ -87,9 +87,8 @@ async def fetch_all(config: Mapping[str, Any], topic: str, *, alias: str = "clus
                     for part in t.partitions:
                         if (part.error_code == OffsetOutOfRangeError.errno
                                 and position[part.partition] == 0):
-                            # Retention moved the log start (Kafka does not say where to).
-                            position[part.partition] = await list_offset(
-                                cluster, (topic, part.partition), -2)
+                            position[part.partition] = await log_start(
+                                cluster, (topic, part.partition), part.log_start_offset)
                             if position[part.partition] > 0:
                                 continue
                         if part.error_code:

@@ -420,6 +420,14 @@ async def list_offset(cluster: Cluster, tp: TP, timestamp: int, *, isolation_lev
     return part.offset
 
 
+async def log_start(cluster: Cluster, tp: TP, answered: int = -1) -> int:
+    """Where ``tp``'s log starts, after a Fetch from offset 0 was answered OFFSET_OUT_OF_RANGE
+    (retention or DeleteRecords moved the start): ``answered``, the answer's log start offset,
+    where the broker gives one (tansu), else ListOffsets(earliest) (Kafka answers -1 beside the
+    error)."""
+    return answered if answered > 0 else await list_offset(cluster, tp, -2)
+
+
 def _first_with_records(response: Any) -> tuple[str, int] | None:
     for topic in response.topics:
         for part in topic.partitions:

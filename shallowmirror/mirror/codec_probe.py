@@ -52,36 +52,37 @@ async def _probe(cluster: Any, topic: str) -> str | None:
 async def _first_codec(cluster: Any, topic: str, partition: int) -> str | None:
     """The codec of the partition's first data batch: from offset 0, or from the log start where
     retention moved it (Kafka answers the fetch at 0 with OFFSET_OUT_OF_RANGE, no log start)."""
-    from shallowmirror.engine.source import list_offset
+    from shallowmirror.engine.source import log_start
 
     leader = cluster.leader(topic, partition)
     if leader is None:
         return None
     conn = await cluster.connection(leader)
     version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
-    found, error_code = await _codec_at(conn, version, topic, partition, 0)
-    if error_code == OffsetOutOfRangeError.errno:
-        start = await list_offset(cluster, (topic, partition), -2)
+    found, part = await _codec_at(conn, version, topic, partition, 0)
+    if part is not None and part.error_code == OffsetOutOfRangeError.errno:
+        start = await log_start(cluster, (topic, partition), part.log_start_offset)
         found, _ = await _codec_at(conn, version, topic, partition, start)
     return found
 
 
 async def _codec_at(conn: Any, version: int, topic: str, partition: int,
-                    offset: int) -> tuple[str | None, int]:
-    """(codec of the first data batch at or after ``offset``, the partition's error code)."""
+                    offset: int) -> tuple[str | None, Any]:
+    """(codec of the first data batch at or after ``offset``, the partition's answer; None
+    without one)."""
     req = fetch_request(version, [(topic, partition, offset, 1024 * 1024)], max_wait_ms=100,
                         min_bytes=1, max_bytes=1024 * 1024)
     frame = await conn.request_frame(req)
     if frame is None:
-        return None, 0
+        return None, None
     response = codec.decode_fetch_response(frame, version)
     for t in response.topics:
         for part in t.partitions:
             if part.error_code or part.records is None:
-                return None, part.error_code
+                return None, part
             split = codec.split_batches(part.records, verify_crc=False, topic=topic,
                                         partition=partition)
             for batch in split.batches:
                 if not batch.is_control:
-                    return COMPRESSION_NAMES.get(batch.compression), 0
-    return None, 0
+                    return COMPRESSION_NAMES.get(batch.compression), part
+    return None, None
