@@ -239,16 +239,14 @@ class MirrorProcess:
                           flow.name, flow.never_started)
                 self.exit_code = self.exit_code or 1
         mirroring = [f.mirroring_since for f in self.flows if f.mirroring_since is not None]
-        snapshots = self.snapshots()
-        failed = sum(len(snap.errors) for snap in snapshots)
-        if self.caught_up and failed:
-            # Caught up where it could go on: what stopped with an error was not mirrored.
-            log.error("caught up except %d stopped partitions or topics (errors above and in "
-                      "the summary); exiting with status 1", failed)
-            self.exit_code = self.exit_code or 1
-        summary = summarize(snapshots, wall_s=time.monotonic() - started,
+        summary = summarize(self.snapshots(), wall_s=time.monotonic() - started,
                             cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up,
                             startup_s=min(mirroring) - started if mirroring else None)
+        if summary.caught_up and summary.stopped:
+            # Caught up where it could go on: what stopped with an error was not mirrored.
+            log.error("caught up except %d stopped partitions or topics (errors above and in "
+                      "the summary); exiting with status 1", summary.stopped)
+            self.exit_code = self.exit_code or 1
         self._report(summary)
         return self.exit_code
 

@@ -140,11 +140,16 @@ class Summary:
             lines += [f"    error: {e}" for e in f["errors"]]
         return "\n".join(lines)
 
+    @property
+    def stopped(self) -> int:
+        """Partitions and topics stopped by an error (their records were not mirrored)."""
+        return sum(len(f["errors"]) for f in self.flows.values())
+
     def _caught_up_text(self) -> str:
         if not self.caught_up:
             return ""
-        failed = sum(len(f["errors"]) for f in self.flows.values())
-        return f" — caught up, except {failed} stopped (below)" if failed else " — caught up"
+        stopped = self.stopped
+        return f" — caught up, except {stopped} stopped (below)" if stopped else " — caught up"
 
     def as_dict(self) -> dict[str, Any]:
         return {"flows": self.flows, "records": self.records, "bytes": self.bytes,
