@@ -101,6 +101,13 @@ class PartitionTally:
     dropped: int = 0        # source control/aborted/empty batches the mirror does not forward
     older: int = 0          # target batches of records the source log no longer has
 
+    def pair(self, source: Any, target: Any) -> None:
+        """A source batch and its forwarded copy, found equal."""
+        self.batches += 1
+        self.records += source.record_count
+        self.source_bytes += source.size
+        self.target_bytes += target.size
+
     def add(self, other: PartitionTally) -> None:
         for name in vars(self):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -195,10 +202,7 @@ async def _zip(job: PartitionJob, src: BatchCursor, tgt: BatchCursor, tally: Par
             if tally.batches == 0 and tally.older == 0:    # the very first pair
                 reason = await _head_missing(s, t, src) or reason
             return job.mismatch(s.base_offset, t.base_offset, reason)
-        tally.batches += 1
-        tally.records += s.record_count
-        tally.source_bytes += s.size
-        tally.target_bytes += t.size
+        tally.pair(s, t)
         if progress is not None and tally.source_bytes - reported_at >= MAX_PARTITION_BYTES:
             progress(job.flow.name, job.topic, job.partition, tally.source_bytes - reported_at)
             reported_at = tally.source_bytes
@@ -231,10 +235,7 @@ async def _skip_older(job: PartitionJob, first: Any, src: BatchCursor, tgt: Batc
             await src.take()
             await tgt.take()
             tally.older += skipped
-            tally.batches += 1
-            tally.records += first.record_count
-            tally.source_bytes += first.size
-            tally.target_bytes += t.size
+            tally.pair(first, t)
             return None
         if at_start is not None and _record_key(deep.decode_records(t)[0]) == at_start:
             tally.older += skipped
