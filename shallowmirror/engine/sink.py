@@ -789,8 +789,9 @@ class Sinks:
             f"{batch.topic}-{batch.partition} offset {batch.source_base}) does not fit "
             f"max.request.size={limit} for target {self.alias}: raise max.request.size "
             f"(mm2.properties: {self.alias}.producer.max.request.size) and the target topic's "
-            f"max.message.bytes (broker message.max.bytes) above {batch.size}", Where(cluster=self.alias, topic=batch.target_topic,
-                                   partition=batch.target_partition)))
+            f"max.message.bytes (broker message.max.bytes) above {batch.size}",
+            Where(cluster=self.alias, topic=batch.target_topic,
+                  partition=batch.target_partition)))
 
     async def _learn_message_limit(self, topic: str) -> None:
         """Ask the target once for ``topic``'s max.message.bytes (topic override or broker
