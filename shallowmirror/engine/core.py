@@ -434,6 +434,10 @@ class EngineCore:
             self.sources.stop_partition(sp, err)
         self.runtime.progress.notify()
 
+    def target_partition_unknown(self, ttp: TP) -> None:
+        if self.hooks.target_partition_unknown:
+            self.hooks.target_partition_unknown(ttp)
+
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))
         if sp is not None and not batch.abandoned:

@@ -13,6 +13,11 @@ attach to the engine without editing the core.
   positions are known, fetching starts).
 - ``partitions_revoked(list[TP])``: the engine gave these up (after finishing or abandoning what
   was in flight).
+- ``target_partition_unknown(TP)``: the target answered UNKNOWN_TOPIC_OR_PARTITION for this
+  *target* topic-partition, the first time since it last took a batch there (the topic was
+  deleted, or has fewer partitions than the source). Its batches wait and are retried; a mirror
+  flow re-creates its remote topics at once on this (MirrorMaker 2 would wait for its next
+  topic refresh).
 
 Callbacks run on the engine's event loop and must not block. One that raises is never ignored:
 ``HookError`` names the hook and the callback, and the engine fails with it.
@@ -100,3 +105,5 @@ class EngineHooks:
         default_factory=lambda: Hook("partitions assigned"))
     partitions_revoked: Hook[list[TP]] = field(
         default_factory=lambda: Hook("partitions revoked"))
+    target_partition_unknown: Hook[TP] = field(
+        default_factory=lambda: Hook("target partition unknown"))

@@ -470,7 +470,10 @@ class Sink:
             code = part.error_code
             if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
                 tq.in_flight -= 1
-                tq.unknown_attempts = 0
+                if tq.unknown_attempts:
+                    self.owner.target_partition_known_again(
+                        ttp, f"after {tq.unknown_attempts} UNKNOWN_TOPIC_OR_PARTITION answers")
+                    tq.unknown_attempts = 0
                 if batch.stamp_generation >= 0:
                     tq.acked_producer_id = batch.producer_id
                     tq.acked_producer_epoch = batch.producer_epoch
@@ -501,6 +504,9 @@ class Sink:
                 self._maybe_requeue(ttp, tq)
             elif code == UNKNOWN_TOPIC_OR_PARTITION:
                 tq.unknown_attempts += 1
+                if tq.unknown_attempts == 1:
+                    self.owner.target_partition_unknown(
+                        ttp, batch, f"UNKNOWN_TOPIC_OR_PARTITION from broker {self.node_id}")
                 if tq.unknown_attempts > UNKNOWN_TARGET_RETRIES:
                     tq.in_flight -= 1
                     self.owner.batch_failed(batch, BrokerError(code, where, (
@@ -558,6 +564,9 @@ class AckEvents(Protocol):
 
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
         """``batch`` can never be written (``err`` names why and where)."""
+
+    def target_partition_unknown(self, ttp: TTP) -> None:
+        """The target answered UNKNOWN_TOPIC_OR_PARTITION for ``ttp`` (its batches retry)."""
 
 
 class Sinks:
@@ -736,6 +745,10 @@ class Sinks:
                 where=lambda: where_of(self.alias, sink.partitions))
         return sink
 
+    def _forwarded_before(self, ttp: TTP) -> bool:
+        """Whether batches were queued for ``ttp`` before (a sink holds its queue)."""
+        return any(ttp in sink.partitions for sink in self.by_node.values())
+
     def _pick_lane(self, batch_size: int) -> int:
         """Large batches round robin over the lanes, small ones lane 0."""
         if batch_size < SPREAD_MIN_BATCH_BYTES:
@@ -749,7 +762,8 @@ class Sinks:
         came: one lookup per partition, so batches of a partition never overtake each other."""
         assert self.cluster is not None
         backoff = self.runtime.backoff()
-        for _attempt in range(20):
+        missing = False
+        for attempt in range(UNKNOWN_TARGET_RETRIES):
             with contextlib.suppress(ConnectionFailedError):
                 await self.cluster.refresh_metadata([ttp[0]])
             parts = self.cluster.partitions(ttp[0])
@@ -758,10 +772,19 @@ class Sinks:
             leader = self.cluster.leader(*ttp)
             if leader is not None:
                 waiting = self._awaiting_leader[ttp]
+                if missing:
+                    self.target_partition_known_again(
+                        ttp, f"back in the target's metadata after {attempt} lookups")
                 sink = self._sink(leader, ttp, waiting[0].size)
                 for batch in self._awaiting_leader.pop(ttp):
                     sink.enqueue(batch)
                 return
+            if parts is None and not missing and self._forwarded_before(ttp):
+                # Gone from a target that took batches there: deleted (a topic only just created
+                # may be missing from the metadata a moment; that is no news).
+                missing = True
+                self.target_partition_unknown(ttp, self._awaiting_leader[ttp][0],
+                                              "not in the target's metadata")
             await asyncio.sleep(backoff.next_s())
         batches = self._awaiting_leader.pop(ttp)
         parts = self.cluster.partitions(ttp[0])
@@ -828,6 +851,21 @@ class Sinks:
             f"message.max.bytes) above {batch.size}",
             Where(cluster=self.alias, topic=batch.target_topic,
                   partition=batch.target_partition)))
+
+    def target_partition_unknown(self, ttp: TTP, batch: FetchedBatch, how: str) -> None:
+        """The target does not know ``ttp`` (``how`` we learnt it: a Produce answer, or its
+        metadata), the first time since it last took a batch there: say so once (the retries
+        that follow are quiet) and tell the engine, whose hook lets a mirror flow re-create the
+        topic without waiting for its next refresh."""
+        log.warning(
+            "target %s has no partition %s-%d (%s, for source %s-%d offset %d): the topic was "
+            "deleted, or has fewer partitions than the source; its batches wait and are "
+            "retried, %d times at most, before the partition stops", self.alias, ttp[0], ttp[1],
+            how, batch.topic, batch.partition, batch.source_base, UNKNOWN_TARGET_RETRIES)
+        self.events.target_partition_unknown(ttp)
+
+    def target_partition_known_again(self, ttp: TTP, after: str) -> None:
+        log.info("target %s: %s-%d takes batches again (%s)", self.alias, ttp[0], ttp[1], after)
 
     def request_identity_reset(self, reason: str) -> None:
         if self.identity_resetting:

@@ -88,6 +88,16 @@ async def _unless_stopped(fn: Callable[[], Any], stop: asyncio.Event) -> tuple[b
     return False, None
 
 
+async def _first_of(first: asyncio.Event, second: asyncio.Event, timeout_s: float) -> None:
+    """Return when either event is set or after ``timeout_s``, whichever comes first."""
+    waits = {asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())}
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 def _engine_classes():
     try:
         from shallowmirror.engine import MirrorEngine
@@ -116,6 +126,9 @@ class FlowRunner:
         #: Partitions of the first assignment(s) the shallow engines announced (hook).
         self._assigned_total = 0
         self._assigned_event = asyncio.Event()
+        #: Set when the target no longer knows a remote topic (hook): refresh topics now.
+        self._refresh_soon = asyncio.Event()
+        self._unknown_remote: set[tuple[str, int]] = set()
         #: True when the flow had to be abandoned at shutdown (no final commit).
         self.unclean = False
         self._source_codecs: dict[str, str] = {}
@@ -165,6 +178,7 @@ class FlowRunner:
             hooks = getattr(engine, "hooks", None)  # scripted test runners have none
             if hooks is not None:
                 hooks.partitions_assigned.add(self._note_assigned)
+                hooks.target_partition_unknown.add(self._remote_partition_unknown)
                 if self.offset_syncs is not None:
                     hooks.batch_acknowledged.add(self.offset_syncs.on_batch_ack)
             return engine
@@ -463,6 +477,14 @@ class FlowRunner:
                 runner = self._make_runner(index)
                 self.runners[index] = runner
 
+    def _remote_partition_unknown(self, ttp: tuple[str, int]) -> None:
+        """The target answered UNKNOWN_TOPIC_OR_PARTITION for a remote topic-partition: the
+        topic was deleted there (or narrowed). The next topic refresh re-creates (or widens) it,
+        so run that refresh now rather than up to refresh.topics.interval.seconds later, by
+        which time the partition's retries would have run out and stopped it."""
+        self._unknown_remote.add(ttp)
+        self._refresh_soon.set()
+
     async def _housekeeping(self, stop: asyncio.Event) -> None:
         s = self.flow.settings
         refresh_s = s["refresh.topics.interval.seconds"] if s["refresh.topics.enabled"] else None
@@ -475,11 +497,17 @@ class FlowRunner:
         while not stop.is_set():
             wake = min(t for t in (next_refresh if refresh_s else None,
                                    next_sync if sync_s else None) if t is not None)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, wake - time.monotonic()))
+            await _first_of(stop, self._refresh_soon, max(0.0, wake - time.monotonic()))
             if stop.is_set():
                 return
             now = time.monotonic()
+            if refresh_s and self._refresh_soon.is_set():
+                log.info("flow %s: target %s has no %s; refreshing topics now", self.name,
+                         self.flow.target,
+                         ", ".join(f"{t}-{p}" for t, p in sorted(self._unknown_remote)))
+                next_refresh = now
+            self._refresh_soon.clear()
+            self._unknown_remote.clear()
             if refresh_s and now >= next_refresh:
                 await self._refresh(stop)
                 next_refresh = time.monotonic() + refresh_s

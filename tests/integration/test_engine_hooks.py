@@ -90,3 +90,42 @@ def test_a_hook_that_raises_fails_the_engine(source_cluster, target_cluster, uni
     text = str(caught.value)
     assert "batch acknowledged hook" in text and "broken" in text
     assert "checkpoint store unavailable" in text
+
+
+@pytest.mark.needs_real_kafka("tansu 0.6 answers a Produce to a deleted topic with success, so "
+                              "the target never says the partition is unknown")
+def test_target_partition_unknown_reports_a_deleted_target_topic(source_cluster, target_cluster,
+                                                                 unique_topic):
+    """The target topic is deleted under a running engine: the hook names each target partition
+    once, and an embedder that re-creates the topic then sees the next records land there (the
+    batches waited; none was dropped or the partition stopped)."""
+    import time
+
+    from confluent_kafka.admin import AdminClient
+    from engine_support import RunningEngine, wait_until
+
+    from shallowmirror.testing.topics import read_topic
+    from shallowmirror.testing.workload import Workload, create_topic
+
+    topic = unique_topic("gone")
+    load_topic(source_cluster, topic, 400, partitions=2)
+    create_target(target_cluster, topic, 2)
+    admin = AdminClient(target_cluster.client_config())
+    unknown: list = []
+    settings = {**SETTINGS, "retry.backoff.max.ms": 1000, "metadata.max.age.ms": 300_000}
+    with RunningEngine(source_cluster, target_cluster, [topic], settings) as running:
+        running.engine.hooks.target_partition_unknown.add(unknown.append)
+        wait_until(lambda: running.stats().records == 400, 60, "the first 400 copies", running)
+        admin.delete_topics([topic])[topic].result(15)
+        wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "the deletion")
+        load_topic(source_cluster, topic, 300, partitions=2, create_topic=False, seed=9)
+        wait_until(lambda: sorted(unknown) == [(topic, 0), (topic, 1)], 30,
+                   "the hook for both target partitions", running)
+        create_topic(target_cluster.client_config(), Workload(topic=topic, partitions=2))
+        wait_until(lambda: running.stats().records == 700, 60, "the 300 later copies", running)
+        time.sleep(0.5)
+        stats = running.stats()
+    assert sorted(unknown) == [(topic, 0), (topic, 1)]          # once per partition
+    assert not [p.error for p in stats.partitions.values() if p.error]
+    copies = read_topic(target_cluster.client_config(), topic)
+    assert sum(len(v) for v in copies.values()) == 300

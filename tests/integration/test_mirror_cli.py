@@ -356,6 +356,52 @@ def test_running_mirror_picks_up_new_topics_and_config_changes(
     _same(source_cluster, late, target_cluster, f"A.{late}")
 
 
+@pytest.mark.needs_real_kafka("tansu 0.6 answers a Produce to a deleted topic with success (the "
+                              "records go nowhere), so there is no error to act on")
+@pytest.mark.parametrize(("max_age_ms", "learnt"), [
+    ("1000", "not in the target's metadata"),       # a metadata refresh sees it gone first
+    ("300000", "UNKNOWN_TOPIC_OR_PARTITION from broker"),   # the next Produce answer does
+], ids=["from-metadata", "from-produce"])
+def test_a_remote_topic_deleted_while_mirroring_is_created_again_at_once(
+        source_cluster, target_cluster, tmp_path, unique_topic, max_age_ms, learnt):
+    """The remote topic is deleted on the target mid-run, with topic refresh at its default
+    600 s: the mirror logs that the target has no such partition (learnt from its metadata, or
+    from a Produce answer), the flow refreshes topics at once (re-creating the topic, with its
+    warning), and what the source gets next lands in the new topic, record for record. Before,
+    the batches retried silently until their retries ran out (a minute and more), and a SIGTERM
+    meanwhile exited 0 with them unmirrored."""
+    topic = unique_topic("redo")
+    remote = f"A.{topic}"
+    _load(source_cluster, topic, records=600, partitions=2)
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=topic, **{"refresh.topics.interval.seconds": "600",
+                                                     "metadata.max.age.ms": max_age_ms}))
+    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
+    try:
+        wait_for(lambda: _count(target_cluster, remote) == 600, 60, "the first 600 copies",
+                 mirror)
+        first = {p: len(records) for p, records in read_topic(source_cluster, topic).items()}
+        target_admin = admin_client({"bootstrap.servers": target_cluster.bootstrap}, what="t")
+        target_admin.delete_topics([remote])[remote].result(15)
+        wait_for(lambda: remote not in target_admin.list_topics(timeout=10).topics, 30,
+                 "the remote topic to be deleted")
+        time.sleep(2 * int(max_age_ms) / 1000 if int(max_age_ms) < 5000 else 0)
+        _load(source_cluster, topic, records=400, partitions=2, create_topic=False, seed=5)
+        wait_for(lambda: _count(target_cluster, remote) == 400, 60,
+                 "the 400 records produced after the deletion, in the re-created topic", mirror)
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+    finally:
+        mirror.stop()
+    log = mirror.log()
+    assert f"target B has no partition {remote}-" in log, log[-3000:]
+    assert learnt in log, log[-3000:]
+    assert "refreshing topics now" in log
+    assert f"remote topic {remote} is gone from B (deleted there?); creating it again" in log
+    assert "takes batches again" in log
+    after = {p: records[first[p]:] for p, records in read_topic(source_cluster, topic).items()}
+    assert_same_records(after, read_topic(target_cluster, remote), topic=remote)
+
+
 def test_caught_up_with_a_stopped_partition_is_not_a_success(source_cluster, target_cluster,
                                                               tmp_path, unique_topic):
     """--exit-when-caught-up stops once every partition that can go on has caught up; one that
