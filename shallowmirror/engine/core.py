@@ -204,7 +204,8 @@ class EngineCore:
             heartbeat_interval_ms=self.settings["heartbeat.interval.ms"],
             loop=self.runtime.loop, on_assigned=self._on_assigned, on_revoked=self._on_revoked,
             source_alias=self.source_alias, on_failed=self._membership_failed,
-            group_instance_id=self.settings["group.instance.id"])
+            group_instance_id=self.settings["group.instance.id"],
+            metadata_refresh_ms=self.settings["metadata.max.age.ms"])
         self.membership.start([])
         source = Where(cluster=self.source_alias)
         self.supervisor.spawn_loop(
@@ -437,6 +438,9 @@ class EngineCore:
     def target_partition_unknown(self, ttp: TP) -> None:
         if self.hooks.target_partition_unknown:
             self.hooks.target_partition_unknown(ttp)
+
+    def target_repaired(self) -> bool:
+        return bool(self.hooks.target_partition_unknown)
 
     def batch_failed(self, batch: FetchedBatch, err: BaseException) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))

@@ -13,11 +13,13 @@ attach to the engine without editing the core.
   positions are known, fetching starts).
 - ``partitions_revoked(list[TP])``: the engine gave these up (after finishing or abandoning what
   was in flight).
-- ``target_partition_unknown(TP)``: the target answered UNKNOWN_TOPIC_OR_PARTITION for this
-  *target* topic-partition, the first time since it last took a batch there (the topic was
-  deleted, or has fewer partitions than the source). Its batches wait and are retried; a mirror
-  flow re-creates its remote topics at once on this (MirrorMaker 2 would wait for its next
-  topic refresh).
+- ``target_partition_unknown(TP)``: the target does not have this *target* topic-partition
+  (it answered UNKNOWN_TOPIC_OR_PARTITION the first time since it last took a batch there, or
+  its metadata lacks the topic or the partition): the topic was deleted, or has fewer partitions
+  than the source (the source topic grew). Its batches wait and are retried (20 times, with
+  backoff, then the partition stops). A mirror flow re-creates or widens its remote topics at
+  once on this; MirrorMaker 2 would wait for its next topic refresh. With nobody listening, a
+  partition the target's topic lacks fails at once.
 
 Callbacks run on the engine's event loop and must not block. One that raises is never ignored:
 ``HookError`` names the hook and the callback, and the engine fails with it.

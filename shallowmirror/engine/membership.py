@@ -128,7 +128,8 @@ class Membership:
                  loop: asyncio.AbstractEventLoop, on_assigned: OnAssigned,
                  on_revoked: OnRevoked, source_alias: str = "source",
                  on_failed: Callable[[BaseException], None] | None = None,
-                 group_instance_id: str | None = None) -> None:
+                 group_instance_id: str | None = None,
+                 metadata_refresh_ms: int | None = None) -> None:
         assert mode in ("group", "all")
         self.group_id = group_id
         self.mode = mode
@@ -152,6 +153,10 @@ class Membership:
             "client.id": f"{conf.get('client.id', 'shallowmirror')}-membership",
             "error_cb": self._error_cb,
         })
+        if metadata_refresh_ms is not None:
+            # How soon partitions added to a subscribed topic are seen and assigned (librdkafka's
+            # default is 5 minutes); the engine's metadata.max.age.ms, as topic discovery uses.
+            conf["topic.metadata.refresh.interval.ms"] = metadata_refresh_ms
         if group_instance_id:
             # Static membership (KIP-345): librdkafka then never sends LeaveGroup, so a restart
             # within session.timeout.ms finds the group Stable and gets its assignment back

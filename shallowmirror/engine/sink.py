@@ -566,7 +566,11 @@ class AckEvents(Protocol):
         """``batch`` can never be written (``err`` names why and where)."""
 
     def target_partition_unknown(self, ttp: TTP) -> None:
-        """The target answered UNKNOWN_TOPIC_OR_PARTITION for ``ttp`` (its batches retry)."""
+        """The target does not know ``ttp`` (deleted, or too few partitions): its batches wait."""
+
+    def target_repaired(self) -> bool:
+        """Whether someone acts on ``target_partition_unknown`` (a mirror flow re-creates and
+        widens remote topics): then batches for a partition the target lacks wait for it."""
 
 
 class Sinks:
@@ -767,24 +771,28 @@ class Sinks:
             with contextlib.suppress(ConnectionFailedError):
                 await self.cluster.refresh_metadata([ttp[0]])
             parts = self.cluster.partitions(ttp[0])
-            if parts is not None and ttp[1] not in parts:
-                break
+            narrower = parts is not None and ttp[1] not in parts
+            if narrower and not missing and not self.events.target_repaired():
+                break           # nobody adds the partition (no mirror flow): fail now
             leader = self.cluster.leader(*ttp)
             if leader is not None:
                 waiting = self._awaiting_leader[ttp]
                 if missing:
                     self.target_partition_known_again(
-                        ttp, f"back in the target's metadata after {attempt} lookups")
+                        ttp, f"in the target's metadata at lookup {attempt + 1}")
                 sink = self._sink(leader, ttp, waiting[0].size)
                 for batch in self._awaiting_leader.pop(ttp):
                     sink.enqueue(batch)
                 return
-            if parts is None and not missing and self._forwarded_before(ttp):
-                # Gone from a target that took batches there: deleted (a topic only just created
-                # may be missing from the metadata a moment; that is no news).
+            if not missing and (narrower or (parts is None and self._forwarded_before(ttp))):
+                # Fewer partitions than the source (the source topic grew), or gone from a target
+                # that took batches there: deleted. (A topic only just created may be missing
+                # from the metadata a moment; that is no news.)
                 missing = True
-                self.target_partition_unknown(ttp, self._awaiting_leader[ttp][0],
-                                              "not in the target's metadata")
+                self.target_partition_unknown(
+                    ttp, self._awaiting_leader[ttp][0],
+                    f"the target's metadata lists {len(parts)} partitions" if narrower
+                    else "not in the target's metadata")
             await asyncio.sleep(backoff.next_s())
         batches = self._awaiting_leader.pop(ttp)
         parts = self.cluster.partitions(ttp[0])

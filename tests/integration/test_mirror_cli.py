@@ -402,6 +402,45 @@ def test_a_remote_topic_deleted_while_mirroring_is_created_again_at_once(
     assert_same_records(after, read_topic(target_cluster, remote), topic=remote)
 
 
+@pytest.mark.needs_real_kafka("tansu cannot add partitions (no CreatePartitions)")
+@pytest.mark.parametrize("assignment", ["group", "all"])
+def test_partitions_added_to_a_source_topic_while_mirroring_are_mirrored(
+        source_cluster, target_cluster, tmp_path, unique_topic, assignment):
+    """Partitions are added to the source topic under a running mirror, with topic refresh at its
+    default 600 s: the new partitions are owned within metadata.max.age.ms (in a consumer group
+    too, where librdkafka would look only every 5 minutes), the flow widens the remote topic as
+    soon as their batches find it too narrow, and every record arrives. Before, the new
+    partitions stopped at once with "has 3 partitions, no partition 3" and stayed stopped after
+    the remote topic grew; in a group they went unseen for minutes with the lag saying 0."""
+    from confluent_kafka.admin import NewPartitions
+
+    topic = unique_topic("grow")
+    remote = f"A.{topic}"
+    _load(source_cluster, topic, records=300, partitions=3)
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=topic, **{"refresh.topics.interval.seconds": "600",
+                                                     "metadata.max.age.ms": "2000",
+                                                     "A->B.partition.assignment": assignment}))
+    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
+    try:
+        wait_for(lambda: _count(target_cluster, remote) == 300, 60, "the first 300 copies",
+                 mirror)
+        source_admin = admin_client({"bootstrap.servers": source_cluster.bootstrap}, what="t")
+        source_admin.create_partitions([NewPartitions(topic, 5)])[topic].result(15)
+        _load(source_cluster, topic, records=500, partitions=5, create_topic=False, seed=5)
+        wait_for(lambda: _count(target_cluster, remote) == 800, 60,
+                 "the records of the 5-partition topic", mirror)
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+    finally:
+        mirror.stop()
+    log = mirror.log()
+    assert f"target B has no partition {remote}-3 (the target's metadata lists 3 partitions" \
+        in log, log[-3000:]
+    assert f"{remote} grown to 5 partitions" in log
+    assert "partition stopped" not in log
+    _same(source_cluster, topic, target_cluster, remote)
+
+
 def test_caught_up_with_a_stopped_partition_is_not_a_success(source_cluster, target_cluster,
                                                               tmp_path, unique_topic):
     """--exit-when-caught-up stops once every partition that can go on has caught up; one that
