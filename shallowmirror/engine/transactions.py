@@ -88,6 +88,7 @@ from shallowmirror.net import Cluster
 from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
+UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
 
 TTP = tuple[str, int]
 GROUP_KEY, TRANSACTION_KEY = 0, 1          # FindCoordinator key types
@@ -139,6 +140,8 @@ class TransactionEvents(Protocol):
     def rewind_partition(self, tp: TP) -> None: ...
 
     def partition_failed(self, tp: TP, err: BaseException) -> None: ...
+
+    def target_partition_unknown(self, ttp: TP) -> None: ...
 
 
 class Coordinators:
@@ -205,9 +208,11 @@ class PartitionTransaction:
 
     # ---- coordinator requests ----
     async def _call(self, key_type: int, key: str, make: Callable[[int], Any], what: str,
-                    error_of: Callable[[Any], int]) -> Any:
+                    error_of: Callable[[Any], int],
+                    on_unknown: Callable[[], None] | None = None) -> Any:
         """Send ``make(version)`` to the coordinator of ``key`` until it answers without a
-        retriable error; fencing raises FencedError, other errors BrokerError."""
+        retriable error; fencing raises FencedError, other errors BrokerError. ``on_unknown``
+        runs at the first UNKNOWN_TOPIC_OR_PARTITION answer."""
         backoff = self.owner.runtime.backoff()
         attempts = 0
         while True:
@@ -234,6 +239,8 @@ class PartitionTransaction:
             self._raise_if_final(code, what)
             if code in _COORDINATOR_MOVED:
                 self.owner.coordinators.forget(key_type, key)
+            if code == UNKNOWN_TOPIC_OR_PARTITION and attempts == 0 and on_unknown is not None:
+                on_unknown()
             attempts += 1
             log.log(logging.WARNING if attempts == 10 else logging.DEBUG,
                     "%s: %s for %s answered %s (attempt %d); retrying", self.where, what,
@@ -306,7 +313,8 @@ class PartitionTransaction:
                     name=ttp[0], partitions=[ttp[1]])], version=v)
 
         await self._call(TRANSACTION_KEY, self.transactional_id, make, "AddPartitionsToTxn",
-                         _add_partitions_error)
+                         _add_partitions_error,
+                         on_unknown=lambda: self.owner.target_partition_unknown(ttp, self.tp))
 
     async def _commit(self, position: int) -> None:
         txn, group = self.transactional_id, self.owner.group_id
@@ -601,6 +609,16 @@ class TransactionalSinks:
     @property
     def settings(self) -> Mapping[str, Any]:
         return self.runtime.settings
+
+    def target_partition_unknown(self, ttp: TTP, source: TP) -> None:
+        """The target does not know ``ttp`` (AddPartitionsToTxn answered
+        UNKNOWN_TOPIC_OR_PARTITION): say so once and tell the engine, whose hook lets a mirror
+        flow re-create or widen the remote topic now; the transaction keeps asking meanwhile."""
+        log.warning("target %s has no partition %s-%d (AddPartitionsToTxn answered "
+                    "UNKNOWN_TOPIC_OR_PARTITION, for source %s-%d): the topic was deleted, or has "
+                    "fewer partitions than the source; the transaction asks again until it "
+                    "exists", self.alias, ttp[0], ttp[1], source[0], source[1])
+        self.events.target_partition_unknown(ttp)
 
     @property
     def stopping(self) -> bool:
