@@ -478,9 +478,9 @@ class FlowRunner:
                 self.runners[index] = runner
 
     def _remote_partition_unknown(self, ttp: tuple[str, int]) -> None:
-        """The target answered UNKNOWN_TOPIC_OR_PARTITION for a remote topic-partition: the
-        topic was deleted there (or narrowed). The next topic refresh re-creates (or widens) it,
-        so run that refresh now rather than up to refresh.topics.interval.seconds later, by
+        """The target lacks a remote topic-partition the engine has batches for: the topic was
+        deleted there, or the source topic grew. The next topic refresh re-creates or widens
+        it, so run that refresh now rather than up to refresh.topics.interval.seconds later, by
         which time the partition's retries would have run out and stopped it."""
         self._unknown_remote.add(ttp)
         self._refresh_soon.set()
