@@ -95,3 +95,22 @@ def test_a_source_topic_deleted_and_re_created_is_mirrored_again_from_its_start(
     assert copies() == ([f"old-{i}".encode() for i in range(50)]
                         + [f"new-{i}".encode() for i in range(80)])
     assert translated == list(range(50, 130))
+
+
+def test_a_target_topic_narrower_than_the_source_stops_only_the_missing_partition(
+        source_cluster, target_cluster, unique_topic):
+    """An engine nobody repairs targets for (no ``target_partition_unknown`` listener, as a
+    program embedding MirrorEngine) fails a partition the target topic lacks at once, with an
+    error naming what to create; the partition the target has is mirrored."""
+    topic = unique_topic("narrow")
+    create_topic(source_cluster.client_config(), Workload(topic=topic, partitions=2))
+    create_target(target_cluster, topic, 1)
+    _produce(source_cluster, topic, 0, 40, "zero")
+    _produce(source_cluster, topic, 1, 30, "one")
+    stats = run_until(source_cluster, target_cluster, [topic], {"fetch.max.wait.ms": 100},
+                      lambda s: s.records == 40 and any(p.error for p in s.partitions.values()))
+    assert stats.partitions[(topic, 0)].records == 40 and not stats.partitions[(topic, 0)].error
+    error = stats.partitions[(topic, 1)].error
+    assert error and f"topic {topic} has 1 partitions, no partition 1; create it" in error, error
+    assert [r.value for r in read_topic(target_cluster.client_config(), topic)[0]] == \
+        [f"zero-{i}".encode() for i in range(40)]
