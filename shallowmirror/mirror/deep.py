@@ -50,6 +50,20 @@ class DeliveryFailedError(ShallowMirrorError):
     """The target did not accept a record; the runner stops and resumes from its last commit."""
 
 
+class TargetPartitionMissingError(DeliveryFailedError):
+    """The target lacks the remote partition a record goes to (the remote topic was deleted, or
+    the source topic grew): the flow repairs the remote topic before the runner restarts."""
+
+    def __init__(self, message: str, target_partition: tuple[str, int]) -> None:
+        super().__init__(message)
+        self.target_partition = target_partition
+
+
+#: librdkafka's answers for a topic or partition the target does not have.
+_MISSING = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
 class DeepFlowRunner:
     """Mirror one flow's topics by consuming and producing records."""
 
@@ -112,6 +126,10 @@ class DeepFlowRunner:
             conf["fetch.wait.max.ms"] = settings["fetch.max.wait.ms"]
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": False,
+                     # Partitions added to a source topic are assigned within the mirror's
+                     # metadata.max.age.ms, not librdkafka's 5 minutes (as the engine's group).
+                     "topic.metadata.refresh.interval.ms":
+                         int(settings.get("metadata.max.age.ms") or 30000),
                      # The engine's membership uses roundrobin: shallow and deep processes
                      # may share one group (and a group switched between modes keeps working).
                      "partition.assignment.strategy": "roundrobin"})
@@ -231,12 +249,12 @@ class DeepFlowRunner:
         value = msg.value()
         size = len(value or b"") + len(msg.key() or b"")
 
+        remote = self.topic_mapper(topic)
+
         def delivered(err: KafkaError | None, _msg: Any) -> None:
             if err is not None:
                 if self._failure is None:
-                    self._failure = DeliveryFailedError(
-                        f"flow {self.flow}: target refused a record of {topic}-{partition} at "
-                        f"offset {offset}: {err.str()}")
+                    self._failure = self._refused(err, topic, partition, offset, remote)
                 return
             with self._lock:
                 self._delivered[key] = offset + 1
@@ -256,10 +274,22 @@ class DeepFlowRunner:
             kwargs["timestamp"] = ts
         while True:
             try:
-                producer.produce(self.topic_mapper(topic), **kwargs)
+                producer.produce(remote, **kwargs)
                 return
             except BufferError:
                 producer.poll(0.1)  # queue full: let deliveries drain
+            except KafkaException as err:
+                raise self._refused(err.args[0], topic, partition, offset, remote) from err
+
+    def _refused(self, err: KafkaError, topic: str, partition: int, offset: int,
+                 remote: str) -> DeliveryFailedError:
+        """The error that stops the runner for a record the target refused."""
+        text = (f"flow {self.flow}: target refused a record of {topic}-{partition} at offset "
+                f"{offset}: {err.str()}")
+        if err.code() in _MISSING:
+            return TargetPartitionMissingError(
+                f"{text} (remote partition {remote}-{partition})", (remote, partition))
+        return DeliveryFailedError(text)
 
     def _emit_metrics(self) -> None:
         """One ``flow`` record per partition that moved since the last one (metrics_schema);

@@ -463,6 +463,9 @@ class FlowRunner:
                 if self.flow.settings["abort.on.send.failure"]:
                     raise FlowFailedError(f"flow {self.name} failed: {err} "
                                           "(abort.on.send.failure=true)") from err
+                missing = getattr(err, "target_partition", None)
+                if missing is not None:     # the deep path: repair the remote topic first
+                    self._remote_partition_unknown(missing)
                 if time.monotonic() - started > 60:
                     delay = 1.0
                 self.restarts += 1
