@@ -44,8 +44,11 @@ first periodic commit resumes exactly too.
 
 Falls back to the committed offset (at-least-once, logged once per assignment): no metadata
 (a commit by an older version, a broker that does not keep commit metadata - tansu
-0.6 answers OffsetFetch with empty metadata), metadata for another target partition (the
-replication policy changed), or source records from ``S`` deleted by retention.
+0.6 answers OffsetFetch with empty metadata; or a bare start a member committed when revoked
+before its first start was committed), metadata for another target partition (the replication
+policy changed), or source records from ``S`` deleted by retention. The first two are anchored
+as a first start is, so only what was copied before this owner is copied twice: a kill of this
+owner leaves the next one a pair to walk from.
 
 Safety rule: a race with an old owner still finishing may at worst cause a duplicate, never a
 skipped record. Fetching starts after a source batch only if its copy was *read* on the target,
@@ -225,28 +228,36 @@ class TargetResume:
 
     # ---- assignment side ----
     async def first_start(self, tp: TP, target: TP, position: int) -> ResumeOutcome:
-        """No committed offset: the pair for the start is (``position``, the target's end now),
-        committed before any batch moves, so a kill before the first periodic commit resumes
-        exactly too. A target partition that does not exist yet gives no pair (the first
-        periodic commit brings one)."""
+        """No committed offset: start at ``position``, anchored (see ``_anchored``)."""
+        return await self._anchored(target, position, None)
+
+    async def _anchored(self, target: TP, position: int, fallback: str | None) -> ResumeOutcome:
+        """Start at ``position`` with (``position``, the target's end now) as the pair, committed
+        before any batch moves: a kill before the first periodic commit then resumes exactly.
+        For a first start, and for a fallback to the committed offset - without the pair, a
+        kill of this owner before its first periodic commit would make the next owner fall back
+        too, and copy again everything this one copied (a two-process group killed in turn
+        piled up 11,616 duplicates that way, from one bare commit of a member revoked at once).
+        A target partition that does not exist yet gives no pair (the first periodic commit
+        brings one)."""
         try:
             end = await list_offset(self.target, target, -1)
         except BrokerError as err:
             if err.code != Errors.UnknownTopicOrPartitionError.errno:
                 raise
             return ResumeOutcome(position, None, fallback="the target partition does not exist")
-        return ResumeOutcome(position, ResumePoint(position, *target, end))
+        return ResumeOutcome(position, ResumePoint(position, *target, end), fallback=fallback)
 
     async def resume(self, tp: TP, target: TP, committed: int,
                      metadata: str | None) -> ResumeOutcome:
         """Where ``tp`` starts: after the last source batch already on ``target``."""
         point, problem = parse_metadata(metadata)
         if point is None:
-            return ResumeOutcome(committed, None, fallback=problem or "no target position in "
-                                 "the commit metadata (first start, a commit by an older "
-                                 "version, or a broker that keeps no commit metadata)")
+            return await self._anchored(target, committed, problem or (
+                "no target position in the commit metadata (first start, a commit by an older "
+                "version, or a broker that keeps no commit metadata)"))
         if (point.target_topic, point.target_partition) != target:
-            return ResumeOutcome(committed, None, fallback=(
+            return await self._anchored(target, committed, (
                 f"the commit metadata is for target {point.target_topic}-"
                 f"{point.target_partition}; this flow now writes to {target[0]}-{target[1]}"))
         if point.source_offset > committed:
@@ -434,10 +445,14 @@ class ResumeStart:
             log.info("cluster %s, group %s: starting at the committed offset (batches "
                              "copied after the last commit may be mirrored twice): %s",
                              self.source_alias, self.group_id, fallback_summary(fallbacks))
-        # Committed before any batch moves (first starts: the start with the target's end;
-        # resumed partitions: past what the target holds), so the next owner's walk is short.
+        # Committed before any batch moves (first starts and fallbacks: the start with the
+        # target's end; resumed partitions: past what the target holds), so the next owner's
+        # walk is short.
+        anchored = {sp.tp for (sp, _), o in zip(items, outcomes, strict=True)
+                    if o is not None and o.fallback is not None and o.point is not None}
         now = {sp.tp: sp.offsets.committed for sp in started
-               if sp.tp in first or sp.offsets.committed != sp.last_committed_sent}
+               if sp.tp in first or sp.tp in anchored
+               or sp.offsets.committed != sp.last_committed_sent}
         if now and membership is not None:
             try:
                 await asyncio.wrap_future(membership.commit(positions(now)))

@@ -330,3 +330,47 @@ def test_rebalance_while_batches_are_in_flight(source_cluster, target_cluster, u
           f"({abandoned} batches abandoned at revocation)")
     if duplicates:
         assert abandoned, "duplicates without an abandoned in-flight batch"
+
+
+@pytest.mark.needs_real_kafka("its claim is 0 duplicates, and tansu keeps no commit metadata "
+                              "(resume falls back to at-least-once there)")
+def test_a_kill_after_a_fallback_to_a_bare_commit_copies_nothing_twice(
+        source_cluster, target_cluster, unique_topic, tmp_path: Path):
+    """The group holds a bare commit (an offset without a target position: a member revoked
+    right after its assignment commits its start so). The next owner falls back to it and must
+    anchor that start with the target's end at once: killed (-9) before any periodic commit, its
+    successor then walks its copies instead of falling back again and copying them twice (in
+    CI, two processes killed in turn piled up 11,616 duplicates this way)."""
+    topic = unique_topic("bare")
+    load_topic(source_cluster, topic, 8_000, codec="lz4", partitions=8, batch_bytes=16_000)
+    create_target(target_cluster, topic)
+    g = group()
+    bare = Consumer({"bootstrap.servers": source_cluster.bootstrap, "group.id": g})
+    try:
+        bare.commit(offsets=[TopicPartition(topic, p, 0) for p in range(8)], asynchronous=False)
+    finally:
+        bare.close()
+    ends = _end_offsets(source_cluster, topic)
+    settings = {"partition.assignment": "all", "group.id": g, "fetch.max.wait.ms": 100,
+                "offset.commit.interval.ms": 600_000}      # no periodic commit before the kill
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = engine_process(source_cluster, target_cluster, [topic], settings, str(logs[0]))
+    try:
+        _wait_ready(first)
+        _wait_target_grew(target_cluster, topic, sum(ends.values()) - 1)
+    finally:
+        _kill(first)
+    assert "no target position in the commit metadata" in logs[0].read_text()
+    second = engine_process(source_cluster, target_cluster, [topic],
+                            {**settings, "offset.commit.interval.ms": 500}, str(logs[1]))
+    try:
+        _wait_ready(second)
+        _wait_committed(source_cluster, g, topic, ends)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+        second.stdout.close()
+    log = logs[1].read_text()
+    assert "starting at the committed offset" not in log, log[-3000:]
+    assert "resumed from the target" in log, log[-3000:]
+    assert _check_no_loss(source_cluster, target_cluster, topic) == 0
