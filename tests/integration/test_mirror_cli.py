@@ -356,6 +356,23 @@ def test_running_mirror_picks_up_new_topics_and_config_changes(
     _same(source_cluster, late, target_cluster, f"A.{late}")
 
 
+def _mirror_around(config: Path, tmp_path: Path, target_cluster, remote: str, before: int,
+                   change: Callable[[], None], after: int, *args: str) -> str:
+    """Run `shallowmirror mirror` until ``remote`` holds ``before`` records, ``change`` things,
+    wait until it holds ``after``, stop it with SIGTERM (exit 0 expected); its log."""
+    mirror = Background("mirror", str(config), *args, log_path=tmp_path / "mirror.log")
+    try:
+        wait_for(lambda: _count(target_cluster, remote) == before, 60,
+                 f"the first {before} copies", mirror)
+        change()
+        wait_for(lambda: _count(target_cluster, remote) == after, 60,
+                 f"{after} records on {remote} after the change", mirror)
+        assert mirror.terminate() == 0, mirror.log()[-3000:]
+    finally:
+        mirror.stop()
+    return mirror.log()
+
+
 @pytest.mark.parametrize(("max_age_ms", "learnt"), [
     pytest.param("1000", "not in the target's metadata",   # a metadata refresh sees it gone
                  id="from-metadata"),
@@ -378,23 +395,18 @@ def test_a_remote_topic_deleted_while_mirroring_is_created_again_at_once(
     config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
                             **_flow(topics=topic, **{"refresh.topics.interval.seconds": "600",
                                                      "metadata.max.age.ms": max_age_ms}))
-    mirror = Background("mirror", str(config), log_path=tmp_path / "mirror.log")
-    try:
-        wait_for(lambda: _count(target_cluster, remote) == 600, 60, "the first 600 copies",
-                 mirror)
-        first = {p: len(records) for p, records in read_topic(source_cluster, topic).items()}
+    first: dict[int, int] = {}
+
+    def delete_remote_topic() -> None:
+        first.update({p: len(v) for p, v in read_topic(source_cluster, topic).items()})
         target_admin = admin_client({"bootstrap.servers": target_cluster.bootstrap}, what="t")
         target_admin.delete_topics([remote])[remote].result(15)
         wait_for(lambda: remote not in target_admin.list_topics(timeout=10).topics, 30,
                  "the remote topic to be deleted")
         time.sleep(2 * int(max_age_ms) / 1000 if int(max_age_ms) < 5000 else 0)
         _load(source_cluster, topic, records=400, partitions=2, create_topic=False, seed=5)
-        wait_for(lambda: _count(target_cluster, remote) == 400, 60,
-                 "the 400 records produced after the deletion, in the re-created topic", mirror)
-        assert mirror.terminate() == 0, mirror.log()[-3000:]
-    finally:
-        mirror.stop()
-    log = mirror.log()
+
+    log = _mirror_around(config, tmp_path, target_cluster, remote, 600, delete_remote_topic, 400)
     assert f"target B has no partition {remote}-" in log, log[-3000:]
     assert learnt in log, log[-3000:]
     assert "refreshing topics now" in log
@@ -432,20 +444,13 @@ def test_partitions_added_to_a_source_topic_while_mirroring_are_mirrored(
                                                      "A->B.partition.assignment": assignment,
                                                      "A->B.exactly.once":
                                                          str(mode == "exactly-once").lower()}))
-    mirror = Background("mirror", str(config), *(["--deep"] if mode == "deep" else []),
-                        log_path=tmp_path / "mirror.log")
-    try:
-        wait_for(lambda: _count(target_cluster, remote) == 300, 60, "the first 300 copies",
-                 mirror)
+    def add_partitions() -> None:
         source_admin = admin_client({"bootstrap.servers": source_cluster.bootstrap}, what="t")
         source_admin.create_partitions([NewPartitions(topic, 5)])[topic].result(15)
         _load(source_cluster, topic, records=500, partitions=5, create_topic=False, seed=5)
-        wait_for(lambda: _count(target_cluster, remote) == 800, 60,
-                 "the records of the 5-partition topic", mirror)
-        assert mirror.terminate() == 0, mirror.log()[-3000:]
-    finally:
-        mirror.stop()
-    log = mirror.log()
+
+    log = _mirror_around(config, tmp_path, target_cluster, remote, 300, add_partitions, 800,
+                         *(["--deep"] if mode == "deep" else []))
     if mode == "deep":      # its runner fails on the first record, restarts once repaired
         assert f"{learnt}{remote}-" in log, log[-3000:]
     else:
