@@ -354,9 +354,11 @@ class _Walk:
 
     async def _check_committed_prefix_found(self) -> None:
         """Source batches below the committed offset were acknowledged: they must have been
-        found on the target (the walk ended because the target did)."""
+        found on the target (the walk ended because the target did). Only their records from
+        the pair on count: a pair anchored inside a batch (a fallback to a committed offset
+        there) says nothing of the records before it."""
         s = await self.src.peek()
-        if s is None or s.base_offset >= self.committed:
+        if s is None or max(s.base_offset, self.point.source_offset) >= self.committed:
             return
         raise self._refused(self.tgt.reader.position, (
             f"the target ends at offset {self.tgt.reader.position} without the copy of source "
