@@ -115,7 +115,8 @@ ENGINE_SETTINGS = SettingsTable(
                 "does not match (another writer, a truncated target) stops with an error naming "
                 "both sides. A first start commits its position with the target's end at once. "
                 "Without metadata (commits by older versions; tansu, which keeps none) the "
-                "committed offset is used. Off: at-least-once from the committed "
+                "committed offset is used, and committed at once with the target's end too, "
+                "so a crash after it copies nothing twice. Off: at-least-once from the committed "
                 "offset. Applies to mirrors that route partition i to partition i "
                 "(shallowmirror mirror, MirrorEngine), not to BatchForwarder programs.",
                 scope="flow"),
