@@ -435,12 +435,15 @@ class ResumeStart:
                              (time.monotonic() - started_at) * 1000,
                              sum(o.target_bytes for o in walked))
         fallbacks: dict[TP, str] = {}
+        anchored: set[TP] = set()         # fallbacks with a pair made now (``_anchored``)
         started = []
         for (sp, target), outcome in zip(items, outcomes, strict=True):
             if outcome is None or self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
                 continue                  # stopped, or revoked while reading
             if outcome.fallback is not None and sp.tp not in first:
                 fallbacks[sp.tp] = outcome.fallback
+            if outcome.fallback is not None and outcome.point is not None:
+                anchored.add(sp.tp)
             self._start_resumed(sp, target, outcome)
             started.append(sp)
         if fallbacks:
@@ -450,8 +453,6 @@ class ResumeStart:
         # Committed before any batch moves (first starts and fallbacks: the start with the
         # target's end; resumed partitions: past what the target holds), so the next owner's
         # walk is short.
-        anchored = {sp.tp for (sp, _), o in zip(items, outcomes, strict=True)
-                    if o is not None and o.fallback is not None and o.point is not None}
         now = {sp.tp: sp.offsets.committed for sp in started
                if sp.tp in first or sp.tp in anchored
                or sp.offsets.committed != sp.last_committed_sent}
