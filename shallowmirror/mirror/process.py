@@ -242,10 +242,13 @@ class MirrorProcess:
         summary = summarize(self.snapshots(), wall_s=time.monotonic() - started,
                             cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up,
                             startup_s=min(mirroring) - started if mirroring else None)
-        if summary.caught_up and summary.stopped:
-            # Caught up where it could go on: what stopped with an error was not mirrored.
-            log.error("caught up except %d stopped partitions or topics (errors above and in "
-                      "the summary); exiting with status 1", summary.stopped)
+        if summary.stopped:
+            # What stopped with an error was not mirrored, whether the rest caught up or a
+            # signal ended the run: a service manager must see the run as failed, not clean.
+            ending = "caught up" if summary.caught_up else "stopped"
+            log.error("%s except %d stopped partitions or topics (errors above and in the "
+                      "summary): their records past the position shown were not mirrored; "
+                      "exiting with status 1", ending, summary.stopped)
             self.exit_code = self.exit_code or 1
         self._report(summary)
         return self.exit_code
