@@ -32,7 +32,7 @@ JAVA_ONLY_KEYS = frozenset({
     "sasl.login.callback.handler.class", "sasl.client.callback.handler.class",
     "metric.reporters", "security.providers", "default.api.timeout.ms",
     "auto.include.jmx.reporter", "buffer.memory", "max.block.ms", "exclude.internal.topics",
-    "allow.auto.create.topics", "ssl.truststore.password", "ssl.keystore.password",
+    "ssl.truststore.password", "ssl.keystore.password",
     "ssl.protocol", "ssl.enabled.protocols",
 })
 #: shallowmirror's own connection keys (net.config): meaningful to the engine, not to librdkafka.

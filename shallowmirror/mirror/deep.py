@@ -142,6 +142,10 @@ class DeepFlowRunner:
         conf.setdefault("linger.ms", 5)
         conf["enable.idempotence"] = True  # order and no duplicates within one run
         conf["acks"] = "all"
+        # Topic sync creates remote topics (the source's partitions and configs): a Produce
+        # to a deleted one must fail and be repaired, not make the broker create it with its
+        # defaults (one partition, the broker's configs), as librdkafka's producer asks to.
+        conf["allow.auto.create.topics"] = False
         if settings.get("max.request.size") is not None:
             conf["message.max.bytes"] = settings["max.request.size"]
         return {k: v for k, v in conf.items() if k not in _NOT_FOR_LIBRDKAFKA}
