@@ -209,12 +209,15 @@ class PartitionTransaction:
     # ---- coordinator requests ----
     async def _call(self, key_type: int, key: str, make: Callable[[int], Any], what: str,
                     error_of: Callable[[Any], int],
-                    on_unknown: Callable[[], None] | None = None) -> Any:
+                    on_unknown: Callable[[], None] | None = None,
+                    on_known: Callable[[int], None] | None = None) -> Any:
         """Send ``make(version)`` to the coordinator of ``key`` until it answers without a
         retriable error; fencing raises FencedError, other errors BrokerError. ``on_unknown``
-        runs at the first UNKNOWN_TOPIC_OR_PARTITION answer."""
+        runs at the first UNKNOWN_TOPIC_OR_PARTITION answer, ``on_known(attempts)`` at the
+        success that follows one."""
         backoff = self.owner.runtime.backoff()
         attempts = 0
+        unknown = False
         while True:
             if self.closed:
                 raise _Abort(f"source partition {self.tp[0]}-{self.tp[1]} given up")
@@ -235,11 +238,14 @@ class PartitionTransaction:
                 code = err.code
                 resp = None
             if code == 0:
+                if unknown and on_known is not None:
+                    on_known(attempts)
                 return resp
             self._raise_if_final(code, what)
             if code in _COORDINATOR_MOVED:
                 self.owner.coordinators.forget(key_type, key)
-            if code == UNKNOWN_TOPIC_OR_PARTITION and attempts == 0 and on_unknown is not None:
+            if code == UNKNOWN_TOPIC_OR_PARTITION and not unknown and on_unknown is not None:
+                unknown = True
                 on_unknown()
             attempts += 1
             log.log(logging.WARNING if attempts == 10 else logging.DEBUG,
@@ -314,7 +320,10 @@ class PartitionTransaction:
 
         await self._call(TRANSACTION_KEY, self.transactional_id, make, "AddPartitionsToTxn",
                          _add_partitions_error,
-                         on_unknown=lambda: self.owner.target_partition_unknown(ttp, self.tp))
+                         on_unknown=lambda: self.owner.target_partition_unknown(ttp, self.tp),
+                         on_known=lambda attempts: log.info(
+                             "target %s: %s-%d takes batches again (AddPartitionsToTxn answered "
+                             "after %d attempts)", self.owner.alias, ttp[0], ttp[1], attempts))
 
     async def _commit(self, position: int) -> None:
         txn, group = self.transactional_id, self.owner.group_id

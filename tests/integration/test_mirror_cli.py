@@ -464,6 +464,7 @@ def test_partitions_added_to_a_source_topic_while_mirroring_are_mirrored(
         assert f"{learnt}{remote}-" in log, log[-3000:]
     else:
         assert f"target B has no partition {remote}-3 {learnt}" in log, log[-3000:]
+        assert f"target B: {remote}-3 takes batches again" in log, log[-3000:]
     assert f"{remote} grown to 5 partitions" in log
     assert "partition stopped" not in log
     _same(source_cluster, topic, target_cluster, remote)
