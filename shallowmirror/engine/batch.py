@@ -214,6 +214,9 @@ class SourcePartition:
         self.paused = False              # revoked or leader unknown: not fetched
         self.error: str | None = None    # stopped: nothing forwarded, offset not advanced
         self.skip_to_high_watermark = False   # auto.offset.reset=latest on tansu-safe terms
+        #: The source topic's id when first fetched (None: the broker gives none): another id
+        #: later means the topic was deleted and created again, its offsets starting anew.
+        self.topic_id: str | None = None
         self.last_committed_sent = -1
         self.records = 0
         self.batches = 0

@@ -317,6 +317,14 @@ class PartitionOffsets:
         # from there on describe records that no longer exist at those offsets.
         self.offset_map.forget_from(position)
 
+    def restart(self, position: int) -> None:
+        """Start again at ``position`` of a source partition whose offsets started anew (its
+        topic deleted and created again): every row of the offset map describes records that
+        no longer exist, forward of ``position`` as well. Needs nothing pending."""
+        assert not self._entries, "cannot restart a partition with batches in flight"
+        self._committed = self._end = position
+        self.offset_map.forget_from(0)
+
     def abandon_pending(self) -> list[Entry]:
         """Forget every unacknowledged entry (partition revoked or stopped); fetching would resume
         at the committed position. Returns what was abandoned."""

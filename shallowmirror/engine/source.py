@@ -475,6 +475,8 @@ class Sources:
         self.cluster: Cluster | None = None
         self.by_node: dict[int, Source] = {}
         self._moving: set[TP] = set()
+        #: Partitions whose topic was found re-created, until they restart at its start.
+        self._recreated: set[TP] = set()
 
     @property
     def settings(self) -> Mapping[str, Any]:
@@ -495,6 +497,7 @@ class Sources:
     def start(self, cluster: Cluster) -> None:
         """Fetch from ``cluster`` (started)."""
         self.cluster = cluster
+        cluster.topic_recreated_listeners.append(self._topic_recreated)
 
     def values(self) -> list[Source]:
         """The source of every broker fetched from so far."""
@@ -635,6 +638,12 @@ class Sources:
         if leader is None:
             self.leader_moved(sp, "no leader")
             return
+        topic_id = self.cluster.topic_id(sp.topic)
+        if sp.topic_id is None:
+            sp.topic_id = topic_id
+        elif topic_id is not None and topic_id != sp.topic_id:
+            self._restart_recreated(sp, topic_id)
+            return
         source = self.by_node.get(leader)
         if source is None:
             source = self.by_node[leader] = Source(self, leader)
@@ -672,6 +681,49 @@ class Sources:
                     return
         finally:
             self._moving.discard(sp.tp)
+
+    # ---- a source topic deleted and created again ----
+    def _topic_recreated(self, topic: str, _old: str, new: str) -> None:
+        """The source cluster gave ``topic`` a new id: restart its owned partitions."""
+        for sp in list(self.partitions.values()):
+            if sp.topic == topic and sp.topic_id is not None and sp.topic_id != new:
+                self._restart_recreated(sp, new)
+
+    def _restart_recreated(self, sp: SourcePartition, topic_id: str) -> None:
+        """``sp``'s topic is a new one under the old name (deleted and created again between
+        two metadata answers): its offsets start anew, so fetching on at the old position would
+        skip the new topic's records below it without a word. Stop fetching it and restart it
+        where ``auto.offset.reset`` says, as a first start would."""
+        if sp.tp in self._recreated:
+            return
+        self._recreated.add(sp.tp)
+        self.detach(sp)
+        self.runtime.supervisor.spawn(self._restart_at_new_start(sp, topic_id),
+                                      what="restart of a re-created topic",
+                                      where=self._where_obj(sp.tp))
+
+    async def _restart_at_new_start(self, sp: SourcePartition, topic_id: str) -> None:
+        try:
+            reset = self.settings["auto.offset.reset"]
+            new = await self.list_offset(sp.tp, -2 if reset == "earliest" else -1)
+            if self.partitions.get(sp.tp) is not sp:
+                return
+            old = sp.fetch_position
+            log.warning("%s: source topic %s was deleted and created again (topic id %s, was "
+                        "%s): its offsets start anew, so it restarts at %d (auto.offset.reset=%s) "
+                        "instead of fetching on at %d; the old topic's copies stay on the "
+                        "target, before the new one's", self._where(sp.tp), sp.topic, topic_id,
+                        sp.topic_id, new, reset, old)
+            # Batches fetched before (the old topic's) finish first: their offsets are forgotten.
+            await self.runtime.progress.wait_until(lambda: not sp.offsets.pending)
+            if self.partitions.get(sp.tp) is not sp:
+                return
+            sp.offsets.restart(new)
+            sp.skip_to_high_watermark = reset == "latest"
+            sp.topic_id = topic_id
+        finally:
+            self._recreated.discard(sp.tp)
+        self.attach(sp)
 
     # ---- faults and skips ----
     def offset_out_of_range(self, sp: SourcePartition) -> None:

@@ -77,6 +77,9 @@ class TopicMetadata:
     error_code: int
     partitions: Mapping[int, PartitionMetadata]
     is_internal: bool = False
+    #: The topic's id (Metadata v10+; None before, or for a topic the broker does not know):
+    #: a topic deleted and created again under the same name gets a new one.
+    topic_id: str | None = None
 
     def error(self, cluster: str | None = None) -> BrokerError | None:
         """The topic-level error as a BrokerError, or None."""
@@ -93,6 +96,14 @@ class Metadata:
     controller_id: int | None = None
     brokers: dict[int, BrokerMetadata] = field(default_factory=dict)
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
+
+
+def _topic_id(topic: Any) -> str | None:
+    """A Metadata answer's topic id as text; None before v10 and for the all-zero id."""
+    tid = getattr(topic, "topic_id", None)
+    if tid is None or not getattr(tid, "int", tid):
+        return None
+    return str(tid)
 
 
 def _metadata_request(version: int, topics: list[str] | None) -> Any:
@@ -118,6 +129,12 @@ class Cluster:
         self._refreshed_at = 0.0
         self._refresher: asyncio.Task | None = None
         self._closed = False
+        #: The last id seen of every topic (kept while a topic is missing from an answer, so a
+        #: deleted topic that comes back is recognised as a new one).
+        self._topic_ids: dict[str, str] = {}
+        #: Called with (topic, old id, new id) when a topic's id changes: it was deleted and
+        #: created again between two answers (``metadata`` is already the new one).
+        self.topic_recreated_listeners: list[Callable[[str, str, str], None]] = []
 
     def __repr__(self) -> str:
         return (f"<Cluster {self.alias} id={self.cluster_id} brokers={len(self.metadata.brokers)} "
@@ -204,7 +221,8 @@ class Cluster:
                     p.partition_index, leader, getattr(p, "leader_epoch", -1),
                     tuple(p.replica_nodes), tuple(p.isr_nodes), p.error_code)
             parsed[topic.name] = TopicMetadata(topic.name, topic.error_code, partitions,
-                                               bool(getattr(topic, "is_internal", False)))
+                                               bool(getattr(topic, "is_internal", False)),
+                                               _topic_id(topic))
         old = self.metadata
         merged_topics = parsed if topics is None else {**old.topics, **parsed}
         controller = getattr(response, "controller_id", -1)
@@ -217,6 +235,27 @@ class Cluster:
         self._refreshed_at = time.monotonic()
         self._forget_moved_brokers(brokers)
         self._adopt_bootstrap()
+        self._note_topic_ids(parsed.values())
+
+    def _note_topic_ids(self, topics: Iterable[TopicMetadata]) -> None:
+        """Remember each topic's id; tell the listeners of every one that changed."""
+        changed = []
+        for meta in topics:
+            if meta.topic_id is None:
+                continue
+            old = self._topic_ids.get(meta.name)
+            self._topic_ids[meta.name] = meta.topic_id
+            if old is not None and old != meta.topic_id:
+                changed.append((meta.name, old, meta.topic_id))
+        for name, old, new in changed:
+            log.debug("cluster %s: topic %s has a new topic id %s (was %s): deleted and "
+                     "created again", self.alias, name, new, old)
+            for listener in self.topic_recreated_listeners:
+                listener(name, old, new)
+
+    def topic_id(self, topic: str) -> str | None:
+        """The id the last answer that knew ``topic`` gave it (None: no id known)."""
+        return self._topic_ids.get(topic)
 
     def _forget_moved_brokers(self, brokers: Mapping[int, BrokerMetadata]) -> None:
         """Drop connections to brokers that left or changed address."""

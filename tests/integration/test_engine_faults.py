@@ -97,6 +97,52 @@ def test_a_source_topic_deleted_and_re_created_is_mirrored_again_from_its_start(
     assert translated == list(range(50, 130))
 
 
+@pytest.mark.needs_real_kafka(
+    "tansu 0.6 answers a Fetch of a deleted topic without an error, so only the next metadata "
+    "refresh can tell; what was fetched of the new topic meanwhile is mirrored twice, not lost")
+@pytest.mark.parametrize("assignment", ["all", "group"])
+def test_a_source_topic_re_created_between_two_metadata_answers_restarts_at_its_start(
+        source_cluster, target_cluster, unique_topic, assignment):
+    """The source topic is deleted and created again under a running engine faster than the
+    group notices (metadata.max.age.ms 300 s): the engine only sees a Fetch fail and the next
+    metadata answer give the topic back, with a new topic id. It fetched on at its old position
+    (100) and skipped the new topic's records 0..99 without a word; it now restarts at the new
+    topic's start, and its offset map translates the new offsets, not the old ones."""
+    from confluent_kafka.admin import AdminClient
+    from engine_support import RunningEngine, wait_until
+
+    topic = unique_topic("reborn")
+    spec = Workload(topic=topic, partitions=1)
+    create_topic(source_cluster.client_config(), spec)
+    create_target(target_cluster, topic, 1)
+    _produce(source_cluster, topic, 0, 100, "old")
+
+    def copies() -> list[bytes]:
+        return [r.value for r in read_topic(target_cluster.client_config(), topic).get(0, [])]
+
+    admin = AdminClient(source_cluster.client_config())
+    # The Fetch that fails on the deleted topic waits out a 5 s backoff before the metadata
+    # lookup: the new topic has its 300 records by then (else the engine's Fetch at 100 hits
+    # an empty new topic, and OFFSET_OUT_OF_RANGE restarts it, which hides the skip).
+    settings = {"partition.assignment": assignment, "metadata.max.age.ms": 300_000,
+                "retry.backoff.ms": 5000, "retry.backoff.max.ms": 5000}
+    with RunningEngine(source_cluster, target_cluster, [topic], settings) as running:
+        wait_until(lambda: len(copies()) == 100, 60, "the old topic's 100 copies", running)
+        admin.delete_topics([topic])[topic].result(30)
+        wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30,
+                   "the source topic to be deleted", running)
+        create_topic(source_cluster.client_config(), spec)
+        _produce(source_cluster, topic, 0, 300, "new")
+        wait_until(lambda: len(copies()) >= 400, 60, "the new topic's 300 copies", running)
+        omap = running.engine.offset_map(topic, 0)
+        translated = [omap.translate(offset) for offset in (0, 99, 299)]
+        stats = running.stats()
+    assert copies() == ([f"old-{i}".encode() for i in range(100)]
+                        + [f"new-{i}".encode() for i in range(300)])
+    assert translated == [100, 199, 399]
+    assert not stats.stopped
+
+
 def test_a_target_topic_narrower_than_the_source_stops_only_the_missing_partition(
         source_cluster, target_cluster, unique_topic):
     """An engine nobody repairs targets for (no ``target_partition_unknown`` listener, as a
