@@ -249,7 +249,7 @@ class Cluster:
                 changed.append((meta.name, old, meta.topic_id))
         for name, old, new in changed:
             log.debug("cluster %s: topic %s has a new topic id %s (was %s): deleted and "
-                     "created again", self.alias, name, new, old)
+                      "created again", self.alias, name, new, old)
             for listener in self.topic_recreated_listeners:
                 listener(name, old, new)
 
