@@ -168,6 +168,9 @@ class PartitionStats:
     bytes: int
     errors: int
     error: str | None          # set when the partition is stopped
+    #: Stopped because another instance took its transactional id over (exactly-once): that
+    #: instance mirrors it now, so nothing is left behind on its account.
+    taken_over: bool = False
 
 
 @dataclass
@@ -217,6 +220,7 @@ class SourcePartition:
         #: The source topic's id when first fetched (None: the broker gives none): another id
         #: later means the topic was deleted and created again, its offsets starting anew.
         self.topic_id: str | None = None
+        self.taken_over = False          # stopped because another instance fenced it
         self.last_committed_sent = -1
         self.records = 0
         self.batches = 0
@@ -251,4 +255,5 @@ class SourcePartition:
         committed = self.offsets.committed
         lag = None if self.high_watermark < 0 else max(0, self.high_watermark - committed)
         return PartitionStats(self.topic, self.partition, committed, self.high_watermark, lag,
-                              self.records, self.batches, self.bytes, self.errors, self.error)
+                              self.records, self.batches, self.bytes, self.errors, self.error,
+                              self.taken_over)

@@ -47,7 +47,7 @@ from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
 from shallowmirror.engine.startup import StartupTimeline
-from shallowmirror.engine.transactions import TransactionalSinks
+from shallowmirror.engine.transactions import FencedError, TransactionalSinks
 from shallowmirror.errors import (
     ConfigError,
     LocatedError,
@@ -432,6 +432,8 @@ class EngineCore:
         """Stop ``tp`` (fenced, or a batch the target never takes): nothing more from it."""
         sp = self.partitions.get(tp)
         if sp is not None:
+            if sp.error is None:
+                sp.taken_over = isinstance(err, FencedError)
             self.sources.stop_partition(sp, err)
         self.runtime.progress.notify()
 

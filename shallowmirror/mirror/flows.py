@@ -534,12 +534,14 @@ class FlowRunner:
                 merged.released_records += released[0]
                 merged.released_bytes += released[2]
             for key, p in snap.partitions.items():
+                taken_over = getattr(p, "taken_over", False)
                 if not isinstance(p, PartitionStats):  # the engine's own stats type
                     p = PartitionStats(p.topic, p.partition, p.position, p.high_watermark,
                                        p.records, p.batches, p.bytes, p.errors,
                                        error=getattr(p, "error", None))
                 if p.error:
-                    merged.errors.append(f"{key[0]}-{key[1]}: {p.error}")
+                    (merged.taken_over if taken_over else merged.errors).append(
+                        f"{key[0]}-{key[1]}: {p.error}")
                 merged.partitions[key] = p
         if self.sync is not None:
             merged.errors.extend(f"{t}: {e}" for t, e in sorted(self.sync.errors().items()))

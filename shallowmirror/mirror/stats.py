@@ -44,6 +44,9 @@ class FlowStats:
     mode: str
     partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: Partitions stopped because another instance took them over (exactly-once fencing):
+    #: shown, but not counted as stopped by an error (that instance mirrors them).
+    taken_over: list[str] = field(default_factory=list)
     #: Latest end-to-end latency measured on mirrored MM2 heartbeats (None: none seen yet).
     heartbeat_latency_ms: float | None = None
     #: Records and bytes mirrored of partitions no runner owns now (revoked, topic deleted) and

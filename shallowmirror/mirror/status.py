@@ -138,6 +138,7 @@ class Summary:
                          f"{f['bytes'] / _MB:.1f} MB {kind}, {counted(f['topics'], 'topic')}, lag "
                          f"{lag_text(f['lag'], f['lag_unknown'])}")
             lines += [f"    error: {e}" for e in f["errors"]]
+            lines += [f"    taken over: {e}" for e in f.get("taken_over", [])]
         return "\n".join(lines)
 
     @property
@@ -161,7 +162,7 @@ def summarize(snapshots: Sequence[FlowStats], *, wall_s: float, cpu_s: float,
               caught_up: bool, startup_s: float | None = None) -> Summary:
     flows = {s.flow: {"mode": s.mode, "records": s.records, "bytes": s.bytes, "lag": s.lag,
                       "lag_unknown": s.lag_unknown, "topics": len({t for t, _p in s.partitions}),
-                      "errors": list(s.errors)}
+                      "errors": list(s.errors), "taken_over": list(s.taken_over)}
              for s in snapshots}
     return Summary(flows, sum(s.records for s in snapshots), sum(s.bytes for s in snapshots),
                    wall_s, cpu_s, caught_up, startup_s)

@@ -71,6 +71,18 @@ def test_summary_text():
     assert lines[-1] == "    error: orders-1: stopped: CRC", lines
 
 
+def test_a_partition_taken_over_is_shown_but_not_stopped():
+    """Fenced by another instance (exactly-once): listed apart, not counted as stopped, so it
+    does not make the exit status 1."""
+    snap = _snap(5000, 2_000_000)
+    snap.taken_over.append("orders-1: another mirror instance took source partition orders-1")
+    summary = summarize([snap], wall_s=2.0, cpu_s=0.5, caught_up=True)
+    lines = summary.text().splitlines()
+    assert summary.stopped == 0 and lines[0].endswith("— caught up"), lines
+    assert lines[-1] == ("    taken over: orders-1: another mirror instance took source "
+                         "partition orders-1"), lines
+
+
 def test_prometheus_collector_uses_mm2_names():
     observer = LatencyObserver()
     observer.emit({"kind": "flow", "flow": "A->B", "topic": "orders", "partition": 0,
