@@ -4,6 +4,7 @@ error naming cluster, topic, partition and offset; nothing of it is forwarded pa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -20,6 +21,21 @@ def _produce(cluster, topic: str, partition: int, n: int, tag: str) -> None:
     for i in range(n):
         p.produce(topic, value=f"{tag}-{i}".encode(), partition=partition)
     p.flush(30)
+
+
+def _one_partition_topic(source_cluster, target_cluster, topic: str,
+                         old: int) -> tuple[Workload, Callable[[], list[bytes]]]:
+    """A one-partition source topic holding ``old`` records ("old-i") and its target topic:
+    the topic's spec (to create it again) and a reader of the target's values."""
+    spec = Workload(topic=topic, partitions=1)
+    create_topic(source_cluster.client_config(), spec)
+    create_target(target_cluster, topic, 1)
+    _produce(source_cluster, topic, 0, old, "old")
+
+    def copies() -> list[bytes]:
+        return [r.value for r in read_topic(target_cluster.client_config(), topic).get(0, [])]
+
+    return spec, copies
 
 
 def test_corrupt_source_batch_stops_only_its_partition(source_cluster, target_cluster,
@@ -62,14 +78,7 @@ def test_a_source_topic_deleted_and_re_created_is_mirrored_again_from_its_start(
     from shallowmirror.testing.topics import group_offsets
 
     topic = unique_topic("recreated")
-    spec = Workload(topic=topic, partitions=1)
-    create_topic(source_cluster.client_config(), spec)
-    create_target(target_cluster, topic, 1)
-    _produce(source_cluster, topic, 0, 50, "old")
-
-    def copies() -> list[bytes]:
-        return [r.value for r in read_topic(target_cluster.client_config(), topic).get(0, [])]
-
+    spec, copies = _one_partition_topic(source_cluster, target_cluster, topic, 50)
     admin = AdminClient(source_cluster.client_config())
     settings = {"partition.assignment": "group", "metadata.max.age.ms": 1000}
     with RunningEngine(source_cluster, target_cluster, [topic], settings) as running:
@@ -112,14 +121,7 @@ def test_a_source_topic_re_created_between_two_metadata_answers_restarts_at_its_
     from engine_support import RunningEngine, wait_until
 
     topic = unique_topic("reborn")
-    spec = Workload(topic=topic, partitions=1)
-    create_topic(source_cluster.client_config(), spec)
-    create_target(target_cluster, topic, 1)
-    _produce(source_cluster, topic, 0, 100, "old")
-
-    def copies() -> list[bytes]:
-        return [r.value for r in read_topic(target_cluster.client_config(), topic).get(0, [])]
-
+    spec, copies = _one_partition_topic(source_cluster, target_cluster, topic, 100)
     admin = AdminClient(source_cluster.client_config())
     # The Fetch that fails on the deleted topic waits out a 5 s backoff before the metadata
     # lookup: the new topic has its 300 records by then (else the engine's Fetch at 100 hits
