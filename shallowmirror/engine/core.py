@@ -432,9 +432,7 @@ class EngineCore:
         """Stop ``tp`` (fenced, or a batch the target never takes): nothing more from it."""
         sp = self.partitions.get(tp)
         if sp is not None:
-            if sp.error is None:
-                sp.taken_over = isinstance(err, FencedError)
-            self.sources.stop_partition(sp, err)
+            self.sources.stop_partition(sp, err, taken_over=isinstance(err, FencedError))
         self.runtime.progress.notify()
 
     def target_partition_unknown(self, ttp: TP) -> None:

@@ -573,6 +573,11 @@ class AckEvents(Protocol):
         widens remote topics): then batches for a partition the target lacks wait for it."""
 
 
+def target_partition_known_again(alias: str, ttp: TTP, after: str) -> None:
+    """Say that target ``alias`` takes ``ttp``'s batches again, after it did not know it."""
+    log.info("target %s: %s-%d takes batches again (%s)", alias, ttp[0], ttp[1], after)
+
+
 class Sinks:
     """The produce side of one engine: a ``Sink`` per target broker, and the decisions that span
     brokers - where a batch goes (the partition's leader, looked up again when unknown or
@@ -873,7 +878,7 @@ class Sinks:
         self.events.target_partition_unknown(ttp)
 
     def target_partition_known_again(self, ttp: TTP, after: str) -> None:
-        log.info("target %s: %s-%d takes batches again (%s)", self.alias, ttp[0], ttp[1], after)
+        target_partition_known_again(self.alias, ttp, after)
 
     def request_identity_reset(self, reason: str) -> None:
         if self.identity_resetting:

@@ -760,13 +760,15 @@ class Sources:
             sp.offsets.add_gap(position)
 
     def stop_partition(self, sp: SourcePartition, err: BaseException, *,
-                       abandon_pending: bool = True) -> None:
+                       abandon_pending: bool = True, taken_over: bool = False) -> None:
         """A partition-level fault: stop it, forward nothing more of it, keep its offset.
 
         ``abandon_pending=False`` (a fault found while fetching) lets the good batches fetched
-        before the fault finish, so the position stops exactly at the faulty batch."""
+        before the fault finish, so the position stops exactly at the faulty batch.
+        ``taken_over``: another instance fenced it (exactly-once) and mirrors it now."""
         if sp.error is not None:
             return
+        sp.taken_over = taken_over
         sp.errors += 1
         sp.error = str(err)
         self.detach(sp)

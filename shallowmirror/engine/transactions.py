@@ -76,6 +76,7 @@ from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine.batch import TP, FetchedBatch
 from shallowmirror.engine.producer_identity import ProducerIdentity, Stamp
 from shallowmirror.engine.runtime import Runtime
+from shallowmirror.engine.sink import target_partition_known_again
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -321,9 +322,9 @@ class PartitionTransaction:
         await self._call(TRANSACTION_KEY, self.transactional_id, make, "AddPartitionsToTxn",
                          _add_partitions_error,
                          on_unknown=lambda: self.owner.target_partition_unknown(ttp, self.tp),
-                         on_known=lambda attempts: log.info(
-                             "target %s: %s-%d takes batches again (AddPartitionsToTxn answered "
-                             "after %d attempts)", self.owner.alias, ttp[0], ttp[1], attempts))
+                         on_known=lambda attempts: target_partition_known_again(
+                             self.owner.alias, ttp,
+                             f"AddPartitionsToTxn answered after {attempts} attempts"))
 
     async def _commit(self, position: int) -> None:
         txn, group = self.transactional_id, self.owner.group_id

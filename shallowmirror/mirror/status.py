@@ -138,7 +138,7 @@ class Summary:
                          f"{f['bytes'] / _MB:.1f} MB {kind}, {counted(f['topics'], 'topic')}, lag "
                          f"{lag_text(f['lag'], f['lag_unknown'])}")
             lines += [f"    error: {e}" for e in f["errors"]]
-            lines += [f"    taken over: {e}" for e in f.get("taken_over", [])]
+            lines += [f"    taken over: {e}" for e in f["taken_over"]]
         return "\n".join(lines)
 
     @property
