@@ -169,6 +169,10 @@ class FakeCluster:
     def __init__(self, conn, partitions: int = PARTITIONS) -> None:
         self.conn = conn
         self.n_partitions = partitions
+        self.topic_recreated_listeners: list = []
+
+    def topic_id(self, topic: str) -> None:
+        return None
 
     async def connection(self, node_id: int, lane: int = 0):
         return self.conn
