@@ -7,7 +7,8 @@ from ``KAFKA_HOME``) — or, when ``SHALLOWMIRROR_SOURCE_BOOTSTRAP`` and
 cluster object has ``.bootstrap``, ``.alias``, ``.flavor`` (tansu, kafka or external),
 ``.embedded`` (a tansu we started) and ``.client_config()``. Tests share the clusters and isolate
 themselves with ``unique_topic()`` names. ``start_broker`` starts a private cluster of the
-session's flavor for tests that stop, restart or reconfigure a broker.
+session's flavor for tests that stop, restart or reconfigure a broker; ``add_broker`` gives a
+private Kafka cluster a second broker.
 
 Markers:
 - ``needs_real_kafka("why")``: tansu cannot serve the test (e.g. it reports no aborted
@@ -119,6 +120,27 @@ def start_broker(broker_log_dir) -> Iterator[Callable[..., object]]:
     finally:
         for cluster in started:
             cluster.stop()
+
+
+@pytest.fixture
+def add_broker() -> Iterator[Callable[..., object]]:
+    """``add_broker(cluster, node_id=2)``: a broker-only node joining a private Kafka cluster
+    from ``start_broker`` (leaders that move). Stopped after the test."""
+    from shallowmirror.testing.kafka import add_broker as start_node
+
+    started = []
+
+    def add(cluster, node_id: int = 2):
+        node = start_node(cluster, node_id)
+        _STARTED_PIDS.append(node.pid)
+        started.append(node)
+        return node
+
+    try:
+        yield add
+    finally:
+        for node in started:
+            node.stop()
 
 
 @pytest.fixture(scope="session")

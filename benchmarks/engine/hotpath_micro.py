@@ -170,6 +170,7 @@ class FakeCluster:
         self.conn = conn
         self.n_partitions = partitions
         self.topic_recreated_listeners: list = []
+        self.metadata_listeners: list = []
 
     def topic_id(self, topic: str) -> None:
         return None

@@ -146,7 +146,7 @@ class Source:
                             err, self.node_id, delay)
                 self.owner.note_unreachable(err)
                 await asyncio.sleep(delay)
-                await self.owner.refresh_metadata()
+                await self.owner.refresh_metadata()    # moves partitions that have a new leader
 
     def _request(self, version: int, ready: list[tuple[str, int]],
                  max_bytes: int | None = None) -> Any:
@@ -498,6 +498,7 @@ class Sources:
         """Fetch from ``cluster`` (started)."""
         self.cluster = cluster
         cluster.topic_recreated_listeners.append(self._topic_recreated)
+        cluster.metadata_listeners.append(self.follow_leaders)
 
     def values(self) -> list[Source]:
         """The source of every broker fetched from so far."""
@@ -657,6 +658,25 @@ class Sources:
         """Fetch ``sp`` no more (revoked, stopped, or moving)."""
         for source in self.by_node.values():
             source.remove(sp.tp)
+
+    def follow_leaders(self) -> None:
+        """After a Metadata answer: fetch each partition whose leader is now another broker
+        from that broker. A broker that stopped or died leaves no partition error saying its
+        partitions moved (its fetches fail on the connection), and a broker that came back and
+        was made leader again (preferred leader election) is not told to a source that still
+        gets answers from the former leader, now a follower (Fetch v11+ may read from
+        followers): without this the first waited for the broker's return, the second stayed
+        on the follower."""
+        assert self.cluster is not None
+        for source in list(self.by_node.values()):
+            for sp in list(source.partitions.values()):
+                leader = self.cluster.leader(*sp.tp)
+                if leader is None or leader == source.node_id or sp.tp in self._moving:
+                    continue
+                log.info("%s: leader moved from broker %d to %d", self._where(sp.tp),
+                         source.node_id, leader)
+                self.detach(sp)
+                self.attach(sp)
 
     def leader_moved(self, sp: SourcePartition, reason: str) -> None:
         self.detach(sp)

@@ -135,6 +135,8 @@ class Cluster:
         #: Called with (topic, old id, new id) when a topic's id changes: it was deleted and
         #: created again between two answers (``metadata`` is already the new one).
         self.topic_recreated_listeners: list[Callable[[str, str, str], None]] = []
+        #: Called after every Metadata answer is applied (leaders may have moved).
+        self.metadata_listeners: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return (f"<Cluster {self.alias} id={self.cluster_id} brokers={len(self.metadata.brokers)} "
@@ -236,6 +238,8 @@ class Cluster:
         self._forget_moved_brokers(brokers)
         self._adopt_bootstrap()
         self._note_topic_ids(parsed.values())
+        for listener in self.metadata_listeners:
+            listener()
 
     def _note_topic_ids(self, topics: Iterable[TopicMetadata]) -> None:
         """Remember each topic's id; tell the listeners of every one that changed."""

@@ -1,6 +1,7 @@
 """Real Apache Kafka clusters for tests, the demo and the benchmark harness.
 
-Each cluster is one KRaft process (broker and controller in one JVM) started from a Kafka
+Each cluster is one KRaft process (broker and controller in one JVM; ``add_broker`` joins
+broker-only nodes to it, for leaders that move) started from a Kafka
 distribution found through ``KAFKA_HOME`` (or an explicit argument), listening on free ports of
 127.0.0.1 with a fresh data directory and cluster id. It is ready when a Metadata request lists
 the broker *and* the JVM is still alive. It is stopped by pid (never ``kafka-server-stop.sh``,
@@ -108,6 +109,10 @@ class KafkaCluster:
     sasl_port: int | None = None
     sasl_users: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)
+    #: This node's id; 1, the controller, unless added with ``add_broker``.
+    node_id: int = 1
+    #: The controller's port when this node is a broker only (``add_broker``), else None.
+    quorum_port: int | None = None
     flavor: str = field(default="kafka", init=False)
     embedded: bool = field(default=False, init=False)
 
@@ -183,13 +188,15 @@ _LIVE: dict[int, KafkaCluster] = {}
 
 
 def _server_properties(cluster: KafkaCluster) -> str:
-    listeners = [f"PLAINTEXT://127.0.0.1:{cluster.port}",
-                 f"CONTROLLER://127.0.0.1:{cluster.controller_port}"]
+    listeners = [f"PLAINTEXT://127.0.0.1:{cluster.port}"]
+    if cluster.quorum_port is None:
+        listeners.append(f"CONTROLLER://127.0.0.1:{cluster.controller_port}")
     advertised = [f"PLAINTEXT://127.0.0.1:{cluster.port}"]
     props: dict[str, str] = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{cluster.controller_port}",
+        "process.roles": "broker,controller" if cluster.quorum_port is None else "broker",
+        "node.id": str(cluster.node_id),
+        "controller.quorum.voters":
+            f"1@127.0.0.1:{cluster.quorum_port or cluster.controller_port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map":
@@ -335,6 +342,28 @@ def launch(cluster: KafkaCluster, *, wait: bool = True) -> KafkaCluster:
         cluster.stop()
         raise
     return cluster
+
+
+def add_broker(cluster: KafkaCluster, node_id: int = 2, *, wait: bool = True) -> KafkaCluster:
+    """Start a broker-only node ``node_id`` that joins ``cluster`` (its controller, its cluster
+    id, its settings): a multi-broker cluster, for leaders that move. Returned as a
+    ``KafkaCluster`` of its own (``kill``, ``restart``, ``stop`` act on this node only); its
+    ``bootstrap`` reaches the whole cluster too. Launched from the calling thread (see
+    ``launch``)."""
+    work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{cluster.alias}-{node_id}-",
+                                     dir=cluster.work_dir.parent))
+    (port,) = free_ports(1, avoid=(cluster.port, cluster.controller_port))
+    node = KafkaCluster(
+        alias=f"{cluster.alias}/{node_id}", port=port, controller_port=cluster.controller_port,
+        cluster_id=cluster.cluster_id, kafka_home=cluster.kafka_home, work_dir=work_dir,
+        settings=dict(cluster.settings), node_id=node_id, quorum_port=cluster.controller_port)
+    (work_dir / "server.properties").write_text(_server_properties(node))
+    try:
+        _format_storage(node)
+    except BaseException:
+        node.stop()
+        raise
+    return launch(node, wait=wait)
 
 
 def start_kafka_cluster(alias: str = "cluster", **options) -> KafkaCluster:
