@@ -173,6 +173,7 @@ class Sink:
             tq = self.partitions[ttp] = TargetPartitionQueue()
             self.queues[ttp] = tq.queue
             self.rotation.add(ttp)
+            self.owner.holder[ttp] = self
         if batch.enqueue_no < 0:
             batch.enqueue_no = self.owner.next_enqueue_no()
         tq.queue.append(batch)
@@ -203,6 +204,8 @@ class Sink:
         self.partitions.pop(ttp)
         self.queues.pop(ttp)
         self.rotation.remove(ttp)
+        if self.owner.holder.get(ttp) is self:
+            del self.owner.holder[ttp]
         return sorted(tq.failed, key=_order) + list(tq.queue)
 
     def pending_batches(self) -> int:
@@ -609,6 +612,9 @@ class Sinks:
         self._moving: set[TTP] = set()
         #: Target partitions whose leader is being looked up -> batches waiting, in order.
         self._awaiting_leader: dict[TTP, list[FetchedBatch]] = {}
+        #: Target partition -> the sink holding its queue (a partition's batches are queued on
+        #: one sink at a time; ``partition_requeued`` moves them, whole and in order).
+        self.holder: dict[TTP, Sink] = {}
         self._enqueue_no = 0
         #: target topic -> its max.message.bytes (None: not known), learnt once per topic so a
         #: MESSAGE_TOO_LARGE can name the limit without a round trip at failure time.
@@ -713,14 +719,18 @@ class Sinks:
         if waiting is not None:          # a leader lookup is on: queue behind it, in order
             waiting.append(batch)
             return
-        leader = self.cluster.leader(target_topic, target_partition)
-        if leader is None:
-            self._awaiting_leader[ttp] = [batch]
-            self.runtime.supervisor.spawn(
-                self._forward_later(ttp), what="target leader lookup",
-                where=Where(cluster=self.alias, topic=target_topic, partition=target_partition))
-            return
-        self._sink(leader, ttp, batch.size).enqueue(batch, ttp)
+        sink = self._queue_of(ttp)
+        if sink is None:
+            leader = self.cluster.leader(target_topic, target_partition)
+            if leader is None:
+                self._awaiting_leader[ttp] = [batch]
+                self.runtime.supervisor.spawn(
+                    self._forward_later(ttp), what="target leader lookup",
+                    where=Where(cluster=self.alias, topic=target_topic,
+                                partition=target_partition))
+                return
+            sink = self._sink(leader, ttp, batch.size)
+        sink.enqueue(batch, ttp)
 
     def forward_all(self, batches: list[FetchedBatch], target_topic: str,
                     target_partition: int) -> None:
@@ -728,15 +738,37 @@ class Sinks:
         the leader lookup once, then one queue extension."""
         assert self.cluster is not None
         ttp = (target_topic, target_partition)
-        leader = self.cluster.leader(target_topic, target_partition)
-        if (leader is None or target_topic not in self._message_limits
-                or (self._awaiting_leader and ttp in self._awaiting_leader)):
+        sink = None
+        if target_topic in self._message_limits and not (
+                self._awaiting_leader and ttp in self._awaiting_leader):
+            sink = self._queue_of(ttp)
+            if sink is None:
+                leader = self.cluster.leader(target_topic, target_partition)
+                if leader is not None:
+                    sink = self._sink(leader, ttp, batches[0].size if batches else 0)
+        if sink is None:
             for batch in batches:         # first sight of the topic, or no leader: one by one
                 self.forward(batch, target_topic, target_partition)
             return
         for batch in batches:
             batch.target_topic, batch.target_partition = target_topic, target_partition
-        self._sink(leader, ttp, batches[0].size if batches else 0).enqueue_all(batches, ttp)
+        sink.enqueue_all(batches, ttp)
+
+    def _queue_of(self, ttp: TTP) -> Sink | None:
+        """The sink holding ``ttp``'s queue, where its next batches must go whatever the
+        metadata says now: behind the batches waiting or in flight there, which move to a new
+        leader together, in order, once nothing is in flight (``partition_requeued``). Queued
+        on the new leader instead, new batches overtook them (tried on Kafka 3.7 with a leader
+        moving back after a broker restart: a batch 12,800 records ahead landed first, after
+        an OUT_OF_ORDER_SEQUENCE_NUMBER and a new producer identity). A partition with nothing
+        in flight or failed is moved first if its leader changed."""
+        sink = self.holder.get(ttp)
+        if sink is not None:
+            tq = sink.partitions[ttp]
+            if tq.in_flight == 0 and not tq.failed:
+                self.partition_requeued(sink, ttp)
+                sink = self.holder.get(ttp)
+        return sink
 
     def _sink(self, node_id: int, ttp: TTP, batch_size: int = 0) -> Sink:
         """The sink of ``ttp`` on broker ``node_id``: the lane it was given when first seen (by
@@ -785,7 +817,7 @@ class Sinks:
                 if missing:
                     self.target_partition_known_again(
                         ttp, f"in the target's metadata at lookup {attempt + 1}")
-                sink = self._sink(leader, ttp, waiting[0].size)
+                sink = self._queue_of(ttp) or self._sink(leader, ttp, waiting[0].size)
                 for batch in self._awaiting_leader.pop(ttp):
                     sink.enqueue(batch)
                 return

@@ -250,6 +250,10 @@ class FakeTargetCluster:
         self.topics = dict(topics)
         self.node_ids = list(range(1, brokers + 1))
         self.leaders: dict[TP, int] = {(t, p): 1 for t, n in topics.items() for p in range(n)}
+        #: Leaders Metadata answers name instead of ``leaders`` (which decide who takes a
+        #: Produce): a cluster whose metadata already names a new leader while the old one
+        #: still answers for the partition.
+        self.metadata_leaders: dict[TP, int] = {}
         self.logs: dict[TP, list[StoredBatch]] = {tp: [] for tp in self.leaders}
         self.script = script
         self.attempts: list[Attempt] = []
@@ -334,7 +338,8 @@ class FakeTargetCluster:
         T = MetadataResponse.MetadataResponseTopic
         topics = [T(error_code=0, name=name, is_internal=False, partitions=[
             T.MetadataResponsePartition(error_code=0, partition_index=p,
-                                        leader_id=self.leaders[(name, p)], leader_epoch=0,
+                                        leader_id=self.metadata_leaders.get(
+                                            (name, p), self.leaders[(name, p)]), leader_epoch=0,
                                         replica_nodes=self.node_ids, isr_nodes=self.node_ids,
                                         offline_replicas=[])
             for p in range(n)]) for name, n in self.topics.items()]
@@ -527,9 +532,11 @@ _NOT_READY_YET = frozenset({3, 6})  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_
 
 
 async def write_source_batches(cluster, topic: str, partitions: int, batches: int,
-                        records: int = 5) -> dict[int, list[bytes]]:
-    """Produce ``batches`` gzip batches per partition, one per request; return their bytes."""
-    create_topic(cluster.client_config(), Workload(topic=topic, partitions=partitions))
+                        records: int = 5, *, first: int = 0) -> dict[int, list[bytes]]:
+    """Produce ``batches`` gzip batches per partition, one per request; return their bytes.
+    The topic is created unless ``first`` (the first batch's index) says it holds some."""
+    if first == 0:
+        create_topic(cluster.client_config(), Workload(topic=topic, partitions=partitions))
     written: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     c = Cluster(cluster.client_config(), "source")
     await c.start()
@@ -538,7 +545,7 @@ async def write_source_batches(cluster, topic: str, partitions: int, batches: in
         for p in range(partitions):
             conn = await c.leader_connection(topic, p)
             version = conn.api_version(0, (3, 9))
-            for i in range(batches):
+            for i in range(first, first + batches):
                 data = source_batch(p, i, records)
                 for attempt in range(50):
                     cid = conn.next_correlation_id()

@@ -125,6 +125,71 @@ def test_not_leader_moves_the_partition_and_resends_the_same_bytes(source_cluste
     _assert_offset_map_exact(engine, fake, topic, 1)
 
 
+def test_batches_fetched_after_the_metadata_names_a_new_leader_queue_behind_the_old_ones(
+        source_cluster, topic):
+    """The target's metadata names broker 2 while broker 1 still answers for the partition
+    (NOT_ENOUGH_REPLICAS: a leader moving back after a broker restart on Kafka 3.7 with
+    min.insync.replicas=2). Batches fetched meanwhile used to be queued for broker 2 at once,
+    ahead of the ones still waiting for broker 1: they were written first, and their sequence
+    gap (OUT_OF_ORDER_SEQUENCE_NUMBER) brought a new producer identity that let the rest in
+    behind them. They now wait behind the old ones and move with them, in order."""
+    tp = (topic, 0)
+
+    async def main():
+        written = await write_source_batches(source_cluster, topic, 1, 4)
+        stalled = asyncio.Event()
+
+        def script(a: Attempt):
+            if a.node_id == 1 and a.base_sequence >= 10:
+                # From the third batch on, broker 1 cannot take it; the metadata names broker 2.
+                fake.metadata_leaders[tp] = 2
+                stalled.set()
+                return NOT_ENOUGH_REPLICAS
+            return None
+
+        async with FakeTargetCluster({topic: 1}, brokers=2, script=script) as fake:
+            # The target's metadata is read every 200 ms: the new leader is seen during the stall.
+            engine = MirrorEngine(
+                source_cluster.client_config(), {**fake.config(), "metadata.max.age.ms": 200},
+                topics=[topic],
+                settings={"partition.assignment": "all", "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                          "fetch.max.wait.ms": 100, "retry.backoff.ms": 50,
+                          "retry.backoff.max.ms": 100})
+            stop = asyncio.Event()
+            task = asyncio.create_task(engine.run(stop))
+            try:
+                await asyncio.wait_for(stalled.wait(), 30)
+                for _ in range(100):        # the engine has read the new metadata
+                    if engine.sinks.cluster.leader(*tp) == 2:
+                        break
+                    await asyncio.sleep(0.05)
+                assert engine.sinks.cluster.leader(*tp) == 2
+                more = await write_source_batches(source_cluster, topic, 1, 4, first=4)
+                for _ in range(100):        # and fetched the new batches
+                    if engine.partitions[tp].fetch_position == 40:
+                        break
+                    await asyncio.sleep(0.05)
+                assert engine.partitions[tp].fetch_position == 40
+                await asyncio.sleep(0.3)
+                fake.leaders[tp] = 2        # broker 2 takes the partition
+                fake.metadata_leaders.clear()
+                for _ in range(200):
+                    if engine.stats().partitions[tp].records == 40:
+                        break
+                    await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await task
+            return {0: written[0] + more[0]}, fake, engine
+
+    written, fake, engine = asyncio.run(main())
+    assert engine.stats().partitions[tp].records == 40, engine.stats()
+    _assert_stored_exactly(fake, topic, written)
+    assert fake.producer_ids == [1000]          # no identity reset: no sequence gap was sent
+    assert not engine.stats().stopped
+    _assert_offset_map_exact(engine, fake, topic, 1)
+
+
 def test_retriable_error_on_one_partition_while_the_others_succeed(source_cluster, topic):
     async def main():
         written = await write_source_batches(source_cluster, topic, 3, 4)
