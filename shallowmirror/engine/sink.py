@@ -174,6 +174,7 @@ class Sink:
             self.queues[ttp] = tq.queue
             self.rotation.add(ttp)
             self.owner.holder[ttp] = self
+            self.owner.forwarded.add(ttp)
         if batch.enqueue_no < 0:
             batch.enqueue_no = self.owner.next_enqueue_no()
         tq.queue.append(batch)
@@ -615,6 +616,8 @@ class Sinks:
         #: Target partition -> the sink holding its queue (a partition's batches are queued on
         #: one sink at a time; ``partition_requeued`` moves them, whole and in order).
         self.holder: dict[TTP, Sink] = {}
+        #: Target partitions batches were ever queued for.
+        self.forwarded: set[TTP] = set()
         self._enqueue_no = 0
         #: target topic -> its max.message.bytes (None: not known), learnt once per topic so a
         #: MESSAGE_TOO_LARGE can name the limit without a round trip at failure time.
@@ -721,16 +724,23 @@ class Sinks:
             return
         sink = self._queue_of(ttp)
         if sink is None:
+            waiting = self._awaiting_leader.get(ttp)
+            if waiting is not None:      # its queue went to a leader lookup just now
+                waiting.append(batch)
+                return
             leader = self.cluster.leader(target_topic, target_partition)
             if leader is None:
-                self._awaiting_leader[ttp] = [batch]
-                self.runtime.supervisor.spawn(
-                    self._forward_later(ttp), what="target leader lookup",
-                    where=Where(cluster=self.alias, topic=target_topic,
-                                partition=target_partition))
+                self._await_leader(ttp, [batch])
                 return
             sink = self._sink(leader, ttp, batch.size)
         sink.enqueue(batch, ttp)
+
+    def _await_leader(self, ttp: TTP, batches: list[FetchedBatch]) -> None:
+        """Hold ``batches`` (in order) until ``ttp``'s leader is found (``_forward_later``)."""
+        self._awaiting_leader[ttp] = batches
+        self.runtime.supervisor.spawn(
+            self._forward_later(ttp), what="target leader lookup",
+            where=Where(cluster=self.alias, topic=ttp[0], partition=ttp[1]))
 
     def forward_all(self, batches: list[FetchedBatch], target_topic: str,
                     target_partition: int) -> None:
@@ -742,7 +752,7 @@ class Sinks:
         if target_topic in self._message_limits and not (
                 self._awaiting_leader and ttp in self._awaiting_leader):
             sink = self._queue_of(ttp)
-            if sink is None:
+            if sink is None and ttp not in self._awaiting_leader:
                 leader = self.cluster.leader(target_topic, target_partition)
                 if leader is not None:
                     sink = self._sink(leader, ttp, batches[0].size if batches else 0)
@@ -761,14 +771,21 @@ class Sinks:
         on the new leader instead, new batches overtook them (tried on Kafka 3.7 with a leader
         moving back after a broker restart: a batch 12,800 records ahead landed first, after
         an OUT_OF_ORDER_SEQUENCE_NUMBER and a new producer identity). A partition with nothing
-        in flight or failed is moved first if its leader changed."""
+        in flight or failed is moved first if its leader changed, and given to a leader lookup
+        (``_await_leader``, None returned) if the metadata names none: the lookup is what
+        notices a deleted or narrowed target topic."""
         sink = self.holder.get(ttp)
-        if sink is not None:
-            tq = sink.partitions[ttp]
-            if tq.in_flight == 0 and not tq.failed:
-                self.partition_requeued(sink, ttp)
-                sink = self.holder.get(ttp)
-        return sink
+        if sink is None:
+            return None
+        tq = sink.partitions[ttp]
+        if tq.in_flight or tq.failed:
+            return sink
+        assert self.cluster is not None
+        if self.cluster.leader(*ttp) is None:
+            self._await_leader(ttp, sink.take_partition(ttp))
+            return None
+        self.partition_requeued(sink, ttp)
+        return self.holder.get(ttp)
 
     def _sink(self, node_id: int, ttp: TTP, batch_size: int = 0) -> Sink:
         """The sink of ``ttp`` on broker ``node_id``: the lane it was given when first seen (by
@@ -788,7 +805,7 @@ class Sinks:
 
     def _forwarded_before(self, ttp: TTP) -> bool:
         """Whether batches were queued for ``ttp`` before (a sink holds its queue)."""
-        return any(ttp in sink.partitions for sink in self.by_node.values())
+        return ttp in self.forwarded
 
     def _pick_lane(self, batch_size: int) -> int:
         """Large batches round robin over the lanes, small ones lane 0."""
