@@ -718,14 +718,10 @@ class Sinks:
                 self._learn_message_limit(target_topic), what="target topic limit lookup",
                 where=Where(cluster=self.alias, topic=target_topic))
         ttp = (target_topic, target_partition)
-        waiting = self._awaiting_leader.get(ttp) if self._awaiting_leader else None
-        if waiting is not None:          # a leader lookup is on: queue behind it, in order
-            waiting.append(batch)
-            return
         sink = self._queue_of(ttp)
         if sink is None:
-            waiting = self._awaiting_leader.get(ttp)
-            if waiting is not None:      # its queue went to a leader lookup just now
+            waiting = self._awaiting_leader.get(ttp) if self._awaiting_leader else None
+            if waiting is not None:      # a leader lookup is on: queue behind it, in order
                 waiting.append(batch)
                 return
             leader = self.cluster.leader(target_topic, target_partition)
@@ -749,10 +745,9 @@ class Sinks:
         assert self.cluster is not None
         ttp = (target_topic, target_partition)
         sink = None
-        if target_topic in self._message_limits and not (
-                self._awaiting_leader and ttp in self._awaiting_leader):
+        if target_topic in self._message_limits:
             sink = self._queue_of(ttp)
-            if sink is None and ttp not in self._awaiting_leader:
+            if sink is None and not (self._awaiting_leader and ttp in self._awaiting_leader):
                 leader = self.cluster.leader(target_topic, target_partition)
                 if leader is not None:
                     sink = self._sink(leader, ttp, batches[0].size if batches else 0)
@@ -773,7 +768,8 @@ class Sinks:
         an OUT_OF_ORDER_SEQUENCE_NUMBER and a new producer identity). A partition with nothing
         in flight or failed is moved first if its leader changed, and given to a leader lookup
         (``_await_leader``, None returned) if the metadata names none: the lookup is what
-        notices a deleted or narrowed target topic."""
+        notices a deleted or narrowed target topic. While a lookup holds a partition's
+        batches no sink holds its queue: ``_forward_later`` makes the next one."""
         sink = self.holder.get(ttp)
         if sink is None:
             return None
@@ -834,7 +830,7 @@ class Sinks:
                 if missing:
                     self.target_partition_known_again(
                         ttp, f"in the target's metadata at lookup {attempt + 1}")
-                sink = self._queue_of(ttp) or self._sink(leader, ttp, waiting[0].size)
+                sink = self._sink(leader, ttp, waiting[0].size)
                 for batch in self._awaiting_leader.pop(ttp):
                     sink.enqueue(batch)
                 return

@@ -299,6 +299,16 @@ def _wait_ready(cluster: KafkaCluster) -> None:
     )
 
 
+def _configure(cluster: KafkaCluster) -> None:
+    """Write the node's server.properties and format its storage; remove it if that fails."""
+    (cluster.work_dir / "server.properties").write_text(_server_properties(cluster))
+    try:
+        _format_storage(cluster)
+    except BaseException:
+        cluster.stop()
+        raise
+
+
 def prepare_kafka_cluster(
     alias: str = "cluster",
     *,
@@ -322,12 +332,7 @@ def prepare_kafka_cluster(
         sasl_port=sasl_port if sasl_users else None, sasl_users=dict(sasl_users or {}),
         settings={k: str(v) for k, v in (overrides or {}).items()},
     )
-    (work_dir / "server.properties").write_text(_server_properties(cluster))
-    try:
-        _format_storage(cluster)
-    except BaseException:
-        cluster.stop()
-        raise
+    _configure(cluster)
     return cluster
 
 
@@ -357,12 +362,7 @@ def add_broker(cluster: KafkaCluster, node_id: int = 2, *, wait: bool = True) ->
         alias=f"{cluster.alias}/{node_id}", port=port, controller_port=cluster.controller_port,
         cluster_id=cluster.cluster_id, kafka_home=cluster.kafka_home, work_dir=work_dir,
         settings=dict(cluster.settings), node_id=node_id, quorum_port=cluster.controller_port)
-    (work_dir / "server.properties").write_text(_server_properties(node))
-    try:
-        _format_storage(node)
-    except BaseException:
-        node.stop()
-        raise
+    _configure(node)
     return launch(node, wait=wait)
 
 
