@@ -40,8 +40,16 @@ import pytest
 from shallowmirror.testing import clusters as test_clusters
 from shallowmirror.testing import embedded
 
-#: pids of every broker the fixtures started, checked at session end.
-_STARTED_PIDS: list[int] = []
+#: Every broker the fixtures started, checked at session end. Process handles, not bare pids:
+#: pids wrap quickly here (pid_max 32768, every JVM thread takes one), and a pid this worker's
+#: broker had may by then be a broker of the other xdist worker, which a bare-pid sweep killed
+#: mid-test (psutil compares the start time, so a reused pid is no longer "ours").
+_STARTED: list[psutil.Process] = []
+
+
+def _track(pid: int) -> None:
+    with contextlib.suppress(psutil.Error):
+        _STARTED.append(psutil.Process(pid))
 
 
 def _using_external() -> bool:
@@ -95,7 +103,8 @@ def clusters(broker_log_dir) -> Iterator[tuple]:
         return
     with test_clusters.started_clusters(session_flavor(), "source", "target",
                                         log_dir=broker_log_dir) as started:
-        _STARTED_PIDS.extend(cluster.pid for cluster in started)
+        for cluster in started:
+            _track(cluster.pid)
         yield tuple(started)
 
 
@@ -111,7 +120,7 @@ def start_broker(broker_log_dir) -> Iterator[Callable[..., object]]:
     def start(alias: str, *, port: int | None = None, overrides=None):
         cluster = test_clusters.start_one(flavor, alias, log_dir=broker_log_dir, port=port,
                                           overrides=overrides)
-        _STARTED_PIDS.append(cluster.pid)
+        _track(cluster.pid)
         started.append(cluster)
         return cluster
 
@@ -132,7 +141,7 @@ def add_broker() -> Iterator[Callable[..., object]]:
 
     def add(cluster, node_id: int = 2):
         node = start_node(cluster, node_id)
-        _STARTED_PIDS.append(node.pid)
+        _track(node.pid)
         started.append(node)
         return node
 
@@ -173,21 +182,30 @@ def unique_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every broker this session started must be gone: fail loudly (and clean up) if not."""
     test_clusters.stop_all()  # what a test started and forgot; the pid check below still applies
-    leftovers = [pid for pid in _STARTED_PIDS if not embedded.pid_gone(pid)]
+    leftovers = [process for process in _STARTED if _still_running(process)]
     me = psutil.Process()
-    leftovers += [child.pid for child in me.children(recursive=True)
-                  if _is_broker(child) and child.pid not in leftovers]
+    leftovers += [child for child in me.children(recursive=True)
+                  if _is_broker(child) and child.pid not in {p.pid for p in leftovers}]
     if not leftovers:
         return
-    for pid in leftovers:
+    for process in leftovers:
         with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).kill()
+            process.kill()  # psutil refuses a pid that was reused since
+    leftovers = [process.pid for process in leftovers]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     message = (f"BROKER OR SPARK PROCESSES LEFT RUNNING AFTER THE SESSION (now killed): "
                f"pids {leftovers}")
     if reporter is not None:
         reporter.write_line(message, red=True, bold=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _still_running(process: psutil.Process) -> bool:
+    """The very process we started (not a later one with its pid) runs and is no zombie."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _is_broker(process: psutil.Process) -> bool:

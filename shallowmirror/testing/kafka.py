@@ -156,7 +156,10 @@ class KafkaCluster:
     def kill(self, timeout_s: float = 30.0) -> None:
         """Stop the JVM by pid (SIGTERM, SIGKILL if it lingers); keep the data for a restart."""
         _LIVE.pop(id(self), None)
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
+            return
+        if self.process.poll() is not None:
+            self._report_early_exit()
             return
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -164,6 +167,15 @@ class KafkaCluster:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout_s)
+        self.process = None
+
+    def _report_early_exit(self) -> None:
+        """A JVM found already gone when we come to stop it died on its own (crash, fatal log
+        dir error, parent-death signal): say so with its log's tail, or a test that failed
+        because of it shows only timeouts. Reported once: the exit code is cleared after."""
+        code, self.process = self.process.returncode, None
+        log.warning("Kafka node %s (pid gone, exit code %s) had stopped before it was asked "
+                    "to; last lines of its log:\n%s", self.alias, code, self.log_tail(60))
 
     def restart(self) -> None:
         """Stop the broker and start it again on the same ports with the same data."""

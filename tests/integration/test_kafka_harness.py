@@ -74,7 +74,7 @@ def test_a_port_clash_gives_a_clear_error(broker_log_dir):
     assert set(kafka._LIVE) == before
 
 
-def test_restart_keeps_the_data(broker_log_dir, unique_topic):
+def test_restart_keeps_the_data(broker_log_dir, unique_topic, caplog):
     home = _kafka_home()
     topic = unique_topic("restart")
     with kafka.start_kafka_cluster("restart", kafka_home=home, log_dir=broker_log_dir) as cluster:
@@ -85,10 +85,29 @@ def test_restart_keeps_the_data(broker_log_dir, unique_topic):
             producer.produce(topic, value=b"v%d" % i)
         assert producer.flush(30) == 0
         old_pid = cluster.pid
-        cluster.restart()
+        with caplog.at_level("WARNING", logger=kafka.__name__):
+            cluster.restart()
         assert cluster.pid != old_pid and pid_gone(old_pid)
+        assert "before it was asked" not in caplog.text, "a stop we asked for is no crash"
         values = [r.value for r in read_topic(cluster, topic)[0]]
         assert values == [b"v%d" % i for i in range(10)]
+
+
+def test_a_node_that_died_on_its_own_is_reported_with_its_log(broker_log_dir, caplog):
+    """A test that fails because its broker crashed shows only timeouts, unless stopping the
+    broker says it was already gone and why."""
+    home = _kafka_home()
+    cluster = kafka.start_kafka_cluster("crash", kafka_home=home, log_dir=broker_log_dir)
+    try:
+        os.kill(cluster.pid, 9)
+        cluster.process.wait(30)       # not pid_gone: a JVM's main thread is a zombie early
+    finally:
+        with caplog.at_level("WARNING", logger=kafka.__name__):
+            cluster.stop()
+    reports = [r.getMessage() for r in caplog.records if "before it was asked" in r.getMessage()]
+    assert len(reports) == 1, caplog.text
+    assert "crash" in reports[0] and "exit code -9" in reports[0]
+    assert "Kafka Server started" in reports[0] or "KafkaRaftServer" in reports[0], reports[0]
 
 
 def test_a_kafka_broker_dies_with_its_owner(broker_log_dir):
