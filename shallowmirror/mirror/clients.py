@@ -72,6 +72,15 @@ def _warn_once(key: str, what: str, why: str) -> None:
         log.warning("%s: ignoring client key %r (%s)", what, key, why)
 
 
+def connection_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Connection/security keys of a client config (the role-specific ones are dropped): for a
+    helper client of another role (an admin or producer beside a consumer) on the same cluster."""
+    keep = ("bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.dns.lookup",
+            "socket.", "reconnect.", "request.timeout.ms", "retry.backoff.ms",
+            "connections.max.idle.ms", "metadata.max.age.ms")
+    return {k: v for k, v in config.items() if k.startswith(keep)}
+
+
 def admin_client(config: Mapping[str, Any], *, what: str):
     """A confluent-kafka AdminClient."""
     from confluent_kafka.admin import AdminClient

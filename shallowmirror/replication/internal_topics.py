@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import NewTopic
 
 from shallowmirror.errors import ShallowMirrorError
-from shallowmirror.mirror.clients import admin_client, build_client
+from shallowmirror.mirror.clients import admin_client, build_client, connection_keys
 from shallowmirror.replication.admin_calls import describe, failure_message
 
 log = logging.getLogger(__name__)
@@ -29,18 +29,10 @@ class InternalTopicError(ShallowMirrorError):
     """An internal topic could not be created, read or written."""
 
 
-def _client_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Connection/security keys of a client config (the role-specific ones are dropped)."""
-    keep = ("bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.dns.lookup",
-            "socket.", "reconnect.", "request.timeout.ms", "retry.backoff.ms",
-            "connections.max.idle.ms", "metadata.max.age.ms")
-    return {k: v for k, v in config.items() if k.startswith(keep)}
-
-
 def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
                  replication_factor: int = -1, timeout_s: float = 30.0) -> bool:
     """Create ``topic`` (one partition, compacted) unless it exists; True if created."""
-    admin = admin_client(_client_keys(config), what=f"cluster {alias} admin")
+    admin = admin_client(connection_keys(config), what=f"cluster {alias} admin")
     try:
         listed = admin.list_topics(timeout=timeout_s)
     except KafkaException as err:
@@ -65,7 +57,7 @@ def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
 def read_topic(config: Mapping[str, Any], topic: str, *, alias: str,
                timeout_s: float = 30.0) -> list[tuple[bytes | None, bytes | None]]:
     """Every (key, value) of partition 0 of ``topic`` in log order; [] if it does not exist."""
-    conf = {**_client_keys(config), "group.id": "shallowmirror-internal-reader",
+    conf = {**connection_keys(config), "group.id": "shallowmirror-internal-reader",
             "enable.auto.commit": False, "enable.partition.eof": True,
             "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}
     consumer = build_client(Consumer, conf, what=f"cluster {alias} reader of {topic}")
@@ -107,7 +99,7 @@ class TopicWriter:
     def __init__(self, config: Mapping[str, Any], topic: str, *, alias: str) -> None:
         self.topic, self.alias = topic, alias
         self.failed: str | None = None
-        conf = {**_client_keys(config), "enable.idempotence": True, "acks": "all",
+        conf = {**connection_keys(config), "enable.idempotence": True, "acks": "all",
                 "linger.ms": 5, "compression.type": "none"}
         self._producer = build_client(Producer, conf, what=f"cluster {alias} writer of {topic}")
 
