@@ -27,12 +27,21 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from shallowmirror.codec.layout import CODEC_NAMES
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import build_client
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
+from shallowmirror.mirror.topic_ids import Recreated, TopicIdWatch
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +115,8 @@ class DeepFlowRunner:
         self._assigned: set[tuple[str, int]] = set()
         #: Assigned partitions without a committed offset (they start at the log start).
         self._from_log_start: set[tuple[str, int]] = set()
+        #: When (monotonic) each partition was last assigned with no committed offset.
+        self._assigned_fresh: dict[tuple[str, int], float] = {}
         self._reset_earliest = settings.get("auto.offset.reset", "earliest") == "earliest"
         self._failure: BaseException | None = None
         self._closing = False
@@ -198,10 +209,16 @@ class DeepFlowRunner:
         self._assigned = set()  # a restarted loop is a new member: its assignment comes anew
         subscribed: list[str] = []
         last_commit = last_metrics = time.monotonic()
+        ids = self._topic_id_watch()
+        recreated: dict[str, Recreated] = {}
         try:
             while not halt.is_set():
                 if self._failure is not None:
                     raise self._failure
+                if ids is not None:
+                    recreated.update(ids.take_changes())
+                    if recreated:
+                        recreated = self._restart_recreated(consumer, recreated)
                 if self._topics_changed.is_set():
                     with self._lock:
                         self._topics_changed.clear()
@@ -241,9 +258,75 @@ class DeepFlowRunner:
             finally:
                 # Partitions given up by close() still count in the final lag (see on_revoke).
                 self._closing = True
+                if ids is not None:
+                    ids.stop()
                 consumer.close()
         if self._failure is not None:
             raise self._failure
+
+    def _topic_id_watch(self) -> TopicIdWatch | None:
+        """Topic ids of the subscribed topics, looked up every metadata.max.age.ms (librdkafka's
+        consumer keeps none: see ``topic_ids``); None if the cluster answers no id lookup."""
+        def topics() -> list[str]:
+            with self._lock:
+                return list(self._topics)
+
+        interval_s = min(30.0, max(0.5, int(self._settings.get("metadata.max.age.ms")
+                                            or 30000) / 1000))
+        watch = TopicIdWatch(self._source_config, topics, interval_s=interval_s,
+                             what=f"flow {self.flow} deep path")
+        try:
+            watch.start()
+        except KafkaException as err:
+            log.warning("flow %s: deep path cannot look up topic ids (%s): a source topic "
+                        "deleted and created again will not be noticed", self.flow, err)
+            return None
+        return watch
+
+    def _restart_recreated(self, consumer: Consumer, recreated: dict[str, Recreated]
+                           ) -> dict[str, Recreated]:
+        """Move the partitions of topics deleted and created again to the new topic's start
+        (``auto.offset.reset``): the consumer would fetch on at the old topic's position and
+        skip the new one's records below it. Not moved: a partition assigned afresh (no
+        committed offset: Kafka deletes a deleted topic's) after the topic was seen gone, which
+        already started there. Records of the new topic mirrored before this are mirrored again
+        (at least once, as after a crash). Returns the topics not done yet (a partition not
+        being fetched yet cannot be moved)."""
+        self._flush_all()        # deliveries of the old topic land before its offsets go
+        offset = OFFSET_BEGINNING if self._reset_earliest else OFFSET_END
+        left: dict[str, Recreated] = {}
+        for topic, change in recreated.items():
+            keys = sorted(k for k in self._assigned if k[0] == topic
+                          and not self._started_anew(k, change))
+            try:
+                for key in keys:
+                    consumer.seek(TopicPartition(topic, key[1], offset))
+            except KafkaException as err:
+                log.debug("flow %s: %s not moved yet: %s", self.flow, topic, err)
+                left[topic] = change
+                continue
+            with self._lock:
+                for key in keys:
+                    self._delivered.pop(key, None)
+                    self._committed.pop(key, None)
+                    self._partition(key).position = -1
+                    self._from_log_start.add(key)
+            log.warning("flow %s: source topic %s was deleted and created again (topic id %s, "
+                        "was %s): its offsets start anew, so the deep path restarts %s at "
+                        "auto.offset.reset=%s instead of fetching on; the old topic's copies "
+                        "stay on the target, before the new one's", self.flow, topic,
+                        change.new, change.old,
+                        ("partitions " + ", ".join(str(p) for _, p in keys)) if keys
+                        else "none of its partitions (assigned afresh since)",
+                        "earliest" if self._reset_earliest else "latest")
+        return left
+
+    def _started_anew(self, key: tuple[str, int], change: Recreated) -> bool:
+        """Assigned with no committed offset after its topic was seen gone: it began at the new
+        topic's start already."""
+        assigned = self._assigned_fresh.get(key)
+        return (change.missing_since is not None and assigned is not None
+                and assigned > change.missing_since)
 
     def _forward(self, msg: Any) -> None:
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
@@ -417,8 +500,10 @@ class DeepFlowRunner:
                 if tp.offset >= 0:
                     stats = self._partition(key)
                     stats.position = max(stats.position, tp.offset)
+                    self._assigned_fresh.pop(key, None)
                 else:
                     self._from_log_start.add(key)
+                    self._assigned_fresh[key] = time.monotonic()
 
     def _make_on_revoke(self, consumer: Consumer) -> Callable:
         def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
