@@ -115,6 +115,10 @@ class DeepFlowRunner:
         self._assigned: set[tuple[str, int]] = set()
         #: Assigned partitions without a committed offset (they start at the log start).
         self._from_log_start: set[tuple[str, int]] = set()
+        #: Offsets this runner committed for a topic that was then deleted and created again,
+        #: of partitions not assigned here when that was seen (a revoke commits them; the next
+        #: assignment must not start there).
+        self._stale_commits: dict[tuple[str, int], int] = {}
         #: When (monotonic) each partition was last assigned with no committed offset.
         self._assigned_fresh: dict[tuple[str, int], float] = {}
         self._reset_earliest = settings.get("auto.offset.reset", "earliest") == "earliest"
@@ -311,13 +315,20 @@ class DeepFlowRunner:
                     self._committed.pop(key, None)
                     self._partition(key).position = -1
                     self._from_log_start.add(key)
+                elsewhere = {k for k in (*self._committed, *self._delivered)
+                             if k[0] == topic and k not in self._assigned}
+                for key in elsewhere:
+                    committed = self._committed.pop(key, None)
+                    self._delivered.pop(key, None)
+                    if committed is not None:
+                        self._stale_commits[key] = committed
             log.warning("flow %s: source topic %s was deleted and created again (topic id %s, "
                         "was %s): its offsets start anew, so the deep path restarts %s at "
                         "auto.offset.reset=%s instead of fetching on; the old topic's copies "
                         "stay on the target, before the new one's", self.flow, topic,
                         change.new, change.old,
                         ("partitions " + ", ".join(str(p) for _, p in keys)) if keys
-                        else "none of its partitions (assigned afresh since)",
+                        else "none of its partitions (none assigned here, or assigned afresh)",
                         "earliest" if self._reset_earliest else "latest")
         return left
 
@@ -481,22 +492,40 @@ class DeepFlowRunner:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
-        self._note_start_positions(consumer, partitions)
+        stale = self._note_start_positions(consumer, partitions)
+        if stale:
+            # Start these where a first start would, not at the old topic's committed offset.
+            start = OFFSET_BEGINNING if self._reset_earliest else OFFSET_END
+            for tp in partitions:
+                if (tp.topic, tp.partition) in stale:
+                    tp.offset = start
+            consumer.assign(partitions)
+            log.warning("flow %s: %s committed the old topic's offset before its topic was "
+                        "created again: started at auto.offset.reset=%s instead", self.flow,
+                        ", ".join(f"{t}-{p}" for t, p in sorted(stale)),
+                        "earliest" if self._reset_earliest else "latest")
         log.info("flow %s: deep path assigned %s", self.flow,
                  ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "nothing")
 
-    def _note_start_positions(self, consumer: Consumer,
-                              partitions: list[TopicPartition]) -> None:
+    def _note_start_positions(self, consumer: Consumer, partitions: list[TopicPartition]
+                              ) -> set[tuple[str, int]]:
         """Each assigned partition's committed offset as its position, so that its lag is known
-        before its first record is delivered (else the flow's lag leaves it out)."""
+        before its first record is delivered (else the flow's lag leaves it out). Returns the
+        partitions whose committed offset is the one this runner committed for a topic since
+        deleted and created again (``_stale_commits``): they must not start there."""
         try:
             committed = consumer.committed(partitions, timeout=10)
         except KafkaException as err:
             log.debug("flow %s: committed offsets unknown at assignment: %s", self.flow, err)
-            return
+            return set()
+        stale: set[tuple[str, int]] = set()
         with self._lock:
             for tp in committed:
                 key = (tp.topic, tp.partition)
+                if tp.offset >= 0 and self._stale_commits.pop(key, None) == tp.offset:
+                    stale.add(key)
+                    self._from_log_start.add(key)
+                    continue
                 if tp.offset >= 0:
                     stats = self._partition(key)
                     stats.position = max(stats.position, tp.offset)
