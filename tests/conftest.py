@@ -183,9 +183,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every broker this session started must be gone: fail loudly (and clean up) if not."""
     test_clusters.stop_all()  # what a test started and forgot; the pid check below still applies
     leftovers = [process for process in _STARTED if _still_running(process)]
-    me = psutil.Process()
-    leftovers += [child for child in me.children(recursive=True)
-                  if _is_broker(child) and child.pid not in {p.pid for p in leftovers}]
+    tracked = {process.pid for process in leftovers}
+    leftovers += [child for child in psutil.Process().children(recursive=True)
+                  if _is_broker(child) and child.pid not in tracked]
     if not leftovers:
         return
     for process in leftovers:

@@ -122,6 +122,10 @@ class DeepFlowRunner:
         #: When (monotonic) each partition was last assigned with no committed offset.
         self._assigned_fresh: dict[tuple[str, int], float] = {}
         self._reset_earliest = settings.get("auto.offset.reset", "earliest") == "earliest"
+        #: Where a partition with no valid offset starts, as a librdkafka logical offset and as
+        #: the operator wrote it (the re-created topic restarts and their warnings).
+        self._reset_start = OFFSET_BEGINNING if self._reset_earliest else OFFSET_END
+        self._reset_name = "earliest" if self._reset_earliest else "latest"
         self._failure: BaseException | None = None
         self._closing = False
         self._producers: dict[str, Producer] = {}
@@ -297,14 +301,13 @@ class DeepFlowRunner:
         (at least once, as after a crash). Returns the topics not done yet (a partition not
         being fetched yet cannot be moved)."""
         self._flush_all()        # deliveries of the old topic land before its offsets go
-        offset = OFFSET_BEGINNING if self._reset_earliest else OFFSET_END
         left: dict[str, Recreated] = {}
         for topic, change in recreated.items():
             keys = sorted(k for k in self._assigned if k[0] == topic
                           and not self._started_anew(k, change))
             try:
                 for key in keys:
-                    consumer.seek(TopicPartition(topic, key[1], offset))
+                    consumer.seek(TopicPartition(topic, key[1], self._reset_start))
             except KafkaException as err:
                 log.debug("flow %s: %s not moved yet: %s", self.flow, topic, err)
                 left[topic] = change
@@ -329,7 +332,7 @@ class DeepFlowRunner:
                         change.new, change.old,
                         ("partitions " + ", ".join(str(p) for _, p in keys)) if keys
                         else "none of its partitions (none assigned here, or assigned afresh)",
-                        "earliest" if self._reset_earliest else "latest")
+                        self._reset_name)
         return left
 
     def _started_anew(self, key: tuple[str, int], change: Recreated) -> bool:
@@ -495,15 +498,13 @@ class DeepFlowRunner:
         stale = self._note_start_positions(consumer, partitions)
         if stale:
             # Start these where a first start would, not at the old topic's committed offset.
-            start = OFFSET_BEGINNING if self._reset_earliest else OFFSET_END
             for tp in partitions:
                 if (tp.topic, tp.partition) in stale:
-                    tp.offset = start
+                    tp.offset = self._reset_start
             consumer.assign(partitions)
             log.warning("flow %s: %s committed the old topic's offset before its topic was "
                         "created again: started at auto.offset.reset=%s instead", self.flow,
-                        ", ".join(f"{t}-{p}" for t, p in sorted(stale)),
-                        "earliest" if self._reset_earliest else "latest")
+                        ", ".join(f"{t}-{p}" for t, p in sorted(stale)), self._reset_name)
         log.info("flow %s: deep path assigned %s", self.flow,
                  ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "nothing")
 
@@ -522,17 +523,16 @@ class DeepFlowRunner:
         with self._lock:
             for tp in committed:
                 key = (tp.topic, tp.partition)
-                if tp.offset >= 0 and self._stale_commits.pop(key, None) == tp.offset:
+                if tp.offset < 0:
+                    self._from_log_start.add(key)
+                    self._assigned_fresh[key] = time.monotonic()
+                elif self._stale_commits.pop(key, None) == tp.offset:
                     stale.add(key)
                     self._from_log_start.add(key)
-                    continue
-                if tp.offset >= 0:
+                else:
                     stats = self._partition(key)
                     stats.position = max(stats.position, tp.offset)
                     self._assigned_fresh.pop(key, None)
-                else:
-                    self._from_log_start.add(key)
-                    self._assigned_fresh[key] = time.monotonic()
 
     def _make_on_revoke(self, consumer: Consumer) -> Callable:
         def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:

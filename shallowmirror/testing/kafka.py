@@ -297,10 +297,12 @@ def _wait_ready(cluster: KafkaCluster) -> None:
     deadline = time.monotonic() + _READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if not cluster.alive:
+            pid, code = cluster.pid, cluster.process.poll()
+            cluster.process = None  # reported here: the kill that follows has nothing to add
             raise BrokerStartError(
-                f"Kafka cluster {cluster.alias} (pid {cluster.pid}) exited with status "
-                f"{cluster.process.poll()} during start-up on {cluster.bootstrap}; "
-                f"logs in {cluster.work_dir / 'logs'}:\n{cluster.log_tail()}"
+                f"Kafka cluster {cluster.alias} (pid {pid}) exited with status {code} during "
+                f"start-up on {cluster.bootstrap}; logs in {cluster.work_dir / 'logs'}:\n"
+                f"{cluster.log_tail()}"
             )
         if metadata_lists_broker("127.0.0.1", cluster.port, timeout_s=1.0):
             return

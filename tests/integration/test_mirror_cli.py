@@ -357,17 +357,21 @@ def test_running_mirror_picks_up_new_topics_and_config_changes(
 
 
 def _mirror_around(config: Path, tmp_path: Path, target_cluster, remote: str, before: int,
-                   change: Callable[[], None], after: int, *args: str,
-                   timeout_s: float = 60) -> str:
+                   change: Callable[[], None], after: int | tuple[Callable[[], bool], str],
+                   *args: str, timeout_s: float = 60) -> str:
     """Run `shallowmirror mirror` until ``remote`` holds ``before`` records, ``change`` things,
-    wait until it holds ``after``, stop it with SIGTERM (exit 0 expected); its log."""
+    wait until it holds ``after`` records (or until ``after``'s condition, named by its
+    text, holds), stop it with SIGTERM (exit 0 expected); its log."""
+    if isinstance(after, int):
+        count = after
+        after = (lambda: _count(target_cluster, remote) == count,
+                 f"{count} records on {remote} after the change")
     mirror = Background("mirror", str(config), *args, log_path=tmp_path / "mirror.log")
     try:
         wait_for(lambda: _count(target_cluster, remote) == before, 60,
                  f"the first {before} copies", mirror)
         change()
-        wait_for(lambda: _count(target_cluster, remote) == after, timeout_s,
-                 f"{after} records on {remote} after the change", mirror)
+        wait_for(after[0], timeout_s, after[1], mirror)
         assert mirror.terminate() == 0, mirror.log()[-3000:]
     finally:
         mirror.stop()
@@ -460,16 +464,9 @@ def test_a_source_topic_deleted_and_created_again_is_mirrored_from_its_start(
         new_values = [r.value for r in second[0].records()[0]] if second else None
         return new_values is not None and got[-300:] == new_values
 
-    mirror = Background("mirror", str(config), *(["--deep"] if deep else []),
-                        log_path=tmp_path / "mirror.log")
-    try:
-        wait_for(lambda: _count(target_cluster, remote) == 100, 60, "the first 100 copies",
-                 mirror)
-        recreate()
-        wait_for(new_topic_mirrored, 60, "the new topic's 300 records, in order, last", mirror)
-        assert mirror.terminate() == 0, mirror.log()[-3000:]
-    finally:
-        mirror.stop()
+    log = _mirror_around(config, tmp_path, target_cluster, remote, 100, recreate,
+                         (new_topic_mirrored, "the new topic's 300 records, in order, last"),
+                         *(["--deep"] if deep else []))
     got = [r.value for r in read_topic(target_cluster, remote)[0]]
     assert got[:100] == [r.value for r in first.records()[0]], "the old topic's copies first"
     # Nothing skipped. The deep path may mirror again what it fetched of the new topic before
@@ -480,7 +477,7 @@ def test_a_source_topic_deleted_and_created_again_is_mirrored_from_its_start(
                               for i in range(len(new_values))), "copies out of place"
     if not deep:
         assert len(got) == 400, f"{len(got)} copies, expected 400"
-    assert "deleted and created again" in mirror.log(), mirror.log()[-3000:]
+    assert "deleted and created again" in log, log[-3000:]
 
 
 @pytest.mark.needs_real_kafka("tansu cannot add partitions (no CreatePartitions)")
