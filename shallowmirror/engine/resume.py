@@ -466,6 +466,10 @@ class ResumeStart:
                                     self.source_alias, err)
         self.runtime.startup.mark("target read")
         for sp in started:
+            # Revoked (or re-assigned: a new SourcePartition) while the commit was under way:
+            # fetching it would give the partition a second writer.
+            if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+                continue
             sp.paused = False
             self.sources.attach(sp)
         self.runtime.progress.notify()

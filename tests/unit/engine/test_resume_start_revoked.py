@@ -1,0 +1,80 @@
+"""A partition revoked while resume's start commit is under way is not fetched afterwards.
+
+``ResumeStart.run`` reads the target, commits the start positions, then attaches the partitions
+to the fetch loops. It checked ownership before the commit only: a partition revoked (or revoked
+and assigned again, as a new ``SourcePartition``) while the commit was awaited was attached
+anyway, so the revoked ownership went on fetching beside the partition's next owner, and in
+the same engine its acknowledgements reached the new ownership's offsets (seen with
+group.protocol=consumer: IndexError in ``PartitionOffsets.ack``)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+
+from shallowmirror.engine.batch import SourcePartition
+from shallowmirror.engine.config import resolve_settings
+from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.resume import ResumeOutcome, ResumeStart
+from shallowmirror.engine.runtime import Runtime
+
+TOPIC = "t"
+
+
+class _Resume:
+    """The target reads answer at once: start where the committed offset is."""
+
+    def keep(self, *args) -> None:
+        return None
+
+    def stored_point(self, target, metadata):
+        return None
+
+    async def first_start(self, tp, target, committed):
+        return ResumeOutcome(position=committed, point=None)
+
+
+class _Sources:
+    def __init__(self) -> None:
+        self.attached: list[SourcePartition] = []
+
+    def attach(self, sp: SourcePartition) -> None:
+        self.attached.append(sp)
+
+
+class _Membership:
+    """Commits wait until the test lets them finish."""
+
+    def __init__(self) -> None:
+        self.pending: list[concurrent.futures.Future] = []
+
+    def commit(self, offsets) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.pending.append(future)
+        return future
+
+
+def test_only_partitions_still_owned_after_the_commit_are_fetched():
+    async def scenario() -> tuple[list, dict]:
+        runtime = Runtime(resolve_settings({}), fail=lambda err: None)
+        sources, membership = _Sources(), _Membership()
+        partitions: dict = {}
+        start = ResumeStart(_Resume(), runtime, sources, partitions, where=str,
+                            source_alias="source", group_id="g")
+        sps = [SourcePartition(TOPIC, p, 0, OffsetMap()) for p in range(3)]
+        for sp in sps:
+            partitions[sp.tp] = sp
+            start.hold(sp, sp.tp, None)
+        run = asyncio.create_task(start.run([(sp, sp.tp) for sp in sps], {},
+                                            {sp.tp for sp in sps}, membership, lambda o: o))
+        while not membership.pending:
+            await asyncio.sleep(0)
+        del partitions[(TOPIC, 1)]                                  # revoked
+        partitions[(TOPIC, 2)] = SourcePartition(TOPIC, 2, 0, OffsetMap())  # and assigned again
+        membership.pending[0].set_result(None)
+        await run
+        return sources.attached, {sp.tp: sp for sp in sps}
+
+    attached, sps = asyncio.run(scenario())
+    assert attached == [sps[(TOPIC, 0)]]
+    assert sps[(TOPIC, 1)].paused and sps[(TOPIC, 2)].paused
