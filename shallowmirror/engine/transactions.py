@@ -61,7 +61,6 @@ from typing import Any, Protocol
 
 from kafka import errors as Errors
 from kafka.protocol.consumer.group import OffsetFetchRequest
-from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -86,13 +85,13 @@ from shallowmirror.errors import (
     broker_error_info,
 )
 from shallowmirror.net import Cluster
+from shallowmirror.net.coordinators import GROUP_KEY, TRANSACTION_KEY, Coordinators
 from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
 UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
 
 TTP = tuple[str, int]
-GROUP_KEY, TRANSACTION_KEY = 0, 1          # FindCoordinator key types
 #: Produce requests of one source partition in flight at once (idempotence tracks 5).
 MAX_IN_FLIGHT = 5
 
@@ -143,38 +142,6 @@ class TransactionEvents(Protocol):
     def partition_failed(self, tp: TP, err: BaseException) -> None: ...
 
     def target_partition_unknown(self, ttp: TP) -> None: ...
-
-
-class Coordinators:
-    """FindCoordinator results of the target (transaction and group coordinators), cached per
-    key and forgotten when a coordinator answers that it moved."""
-
-    def __init__(self, cluster: Cluster, alias: str) -> None:
-        self.cluster = cluster
-        self.alias = alias
-        self._nodes: dict[tuple[int, str], int] = {}
-
-    def forget(self, key_type: int, key: str) -> None:
-        self._nodes.pop((key_type, key), None)
-
-    async def node(self, key_type: int, key: str) -> int:
-        """The coordinator's node id (raises BrokerError for an answer with an error)."""
-        cached = self._nodes.get((key_type, key))
-        if cached is not None:
-            return cached
-        conn = await self.cluster.any_connection()
-        version = conn.api_version(FindCoordinatorRequest.API_KEY,
-                                   versions(FindCoordinatorRequest.API_KEY))
-        resp = await conn.request(FindCoordinatorRequest(key=key, key_type=key_type,
-                                                         version=version))
-        if resp.error_code:
-            raise BrokerError(resp.error_code, Where(cluster=self.alias),
-                              f"in FindCoordinator for {key!r}")
-        if resp.node_id not in self.cluster.brokers:
-            with contextlib.suppress(ConnectionFailedError):
-                await self.cluster.refresh_metadata([])
-        self._nodes[(key_type, key)] = resp.node_id
-        return resp.node_id
 
 
 class PartitionTransaction:
