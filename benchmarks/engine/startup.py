@@ -1,7 +1,7 @@
 """Start-up: time from an engine's start to the first record acknowledged by the target, per phase.
 
     .venv/bin/python benchmarks/engine/startup.py [--broker tansu|kafka] [--kafka-home DIR]
-        [--runs 3] [--rebalance-delay-ms 3000] [--modes group,all,static]
+        [--runs 3] [--rebalance-delay-ms 3000] [--modes group,all,static,consumer]
         [--set KEY=VALUE ...] [--out startup.jsonl]
 
 Starts a source and a target cluster (real Kafka with ``group.initial.rebalance.delay.ms`` at
@@ -15,7 +15,10 @@ seconds after start at which each phase was reached. Modes:
 - ``group``: ``partition.assignment=group`` (the default), a new group each run;
 - ``static``: the same with ``group.instance.id`` set, started twice on the same group: the
   second start is a restart within ``session.timeout.ms`` (the group is not Empty);
-- ``all``: ``partition.assignment=all`` (opt-in, single process only).
+- ``all``: ``partition.assignment=all`` (opt-in, single process only);
+- ``consumer``: ``group.protocol=consumer`` (KIP-848: the broker assigns at the first
+  heartbeat), a new group each run; on Kafka the clusters then also get
+  ``group.coordinator.rebalance.protocols=classic,consumer`` (3.7 serves KIP-848 only so).
 
 Nothing is asserted; the figures go to ``benchmarks/RESULTS.md``.
 """
@@ -48,8 +51,11 @@ def _clusters(args: argparse.Namespace):
     if args.broker == "kafka":
         from shallowmirror.testing.kafka import kafka_clusters
 
-        return kafka_clusters("source", "target", kafka_home=args.kafka_home, overrides={
-            "group.initial.rebalance.delay.ms": str(args.rebalance_delay_ms)})
+        overrides = {"group.initial.rebalance.delay.ms": str(args.rebalance_delay_ms)}
+        if "consumer" in args.modes.split(","):    # Kafka 3.7 serves KIP-848 only when asked
+            overrides["group.coordinator.rebalance.protocols"] = "classic,consumer"
+        return kafka_clusters("source", "target", kafka_home=args.kafka_home,
+                              overrides=overrides)
     return embedded.embedded_clusters("source", "target")
 
 
@@ -78,6 +84,8 @@ def _settings(mode: str, group: str, extra: dict[str, str]) -> dict[str, Any]:
                          "partition.assignment": "all" if mode == "all" else "group"}
     if mode == "static":
         s["group.instance.id"] = f"{group}-1"
+    if mode == "consumer":
+        s["group.protocol"] = "consumer"
     s.update(extra)
     return s
 
@@ -93,6 +101,8 @@ def _cli_run(source: Any, target: Any, mode: str, extra: dict[str, str],
     load(source.client_config(), Workload(topic=topic, records=2_000, partitions=8,
                                           codec="lz4", value_bytes=200))
     keys = {"partition.assignment": "all"} if mode == "all" else {}
+    if mode == "consumer":
+        keys["group.protocol"] = "consumer"
     keys.update(extra)
     props = workdir / f"{topic}.properties"
     props.write_text("\n".join([
@@ -132,12 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="group,static,all")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cli", action="store_true",
-                        help="also launch `shallowmirror mirror` per mode and run (group, all)")
+                        help="also launch `shallowmirror mirror` per mode and run (group, all, and "
+                             "consumer when among --modes)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     extra = dict(item.split("=", 1) for item in args.set)
     logging.basicConfig(level=logging.WARNING)
     rows = []
+    cli_modes = ["group", "all"] + (["consumer"] if "consumer" in args.modes.split(",") else [])
     with _clusters(args) as (source, target):
         topic = "startup"
         load(source.client_config(), Workload(topic=topic, records=20_000, partitions=8,
@@ -163,18 +175,18 @@ def main(argv: list[str] | None = None) -> int:
                         f"{p} {phases[p]:.2f}" for p in PHASES if p in phases), flush=True)
         if args.cli:
             with tempfile.TemporaryDirectory() as tmp:
-                for mode in ("group", "all"):
+                for mode in cli_modes:
                     for run in range(args.runs):
                         got = _cli_run(source, target, mode, extra, Path(tmp))
                         rows.append({"broker": args.broker, "mode": f"cli-{mode}", "run": run,
                                      "start": 0, "rebalance_delay_ms": args.rebalance_delay_ms,
                                      "phases": {"first record": got["first_record_s"]},
                                      "engine": got["engine"]})
-                        print(f"cli {mode:5s} run {run}: first record on the target "
+                        print(f"cli {mode:8s} run {run}: first record on the target "
                               f"{got['first_record_s']} s after launch; engine: {got['engine']}",
                               flush=True)
     print("\nmedian seconds to the first record on the target:")
-    for mode in args.modes.split(",") + (["cli-group", "cli-all"] if args.cli else []):
+    for mode in args.modes.split(",") + ([f"cli-{m}" for m in cli_modes] if args.cli else []):
         for start in (0, 1):
             firsts = [r["phases"].get("first record") for r in rows
                       if r["mode"] == mode and r["start"] == start]

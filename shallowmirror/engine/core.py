@@ -37,6 +37,7 @@ from typing import Any
 
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import exactly_once, resolve_settings
+from shallowmirror.engine.consumer_group import ConsumerGroupMembership
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
 from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership, Positions
@@ -197,7 +198,11 @@ class EngineCore:
                 self.resume, self.runtime, self.sources, self.partitions, where=self._where,
                 source_alias=self.source_alias, group_id=self.group_id)
         startup.mark("producer id")
-        self.membership = self.membership_factory(
+        factory = self.membership_factory
+        if factory is Membership and self.settings["group.protocol"] == "consumer" and \
+                self.settings["partition.assignment"] == "group":
+            factory = ConsumerGroupMembership
+        self.membership = factory(
             self.source_config, group_id=self.group_id,
             mode=self.settings["partition.assignment"],
             session_timeout_ms=self.settings["session.timeout.ms"],

@@ -65,6 +65,9 @@ _FATAL_GROUP_ERRORS = frozenset({
     KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.GROUP_AUTHORIZATION_FAILED,
     KafkaError.INVALID_GROUP_ID, KafkaError.INCONSISTENT_GROUP_PROTOCOL,
     KafkaError.GROUP_MAX_SIZE_REACHED, KafkaError.FENCED_INSTANCE_ID,
+    # A JoinGroup for a group id held by a KIP-848 (group.protocol=consumer) group, on Kafka
+    # 3.7; librdkafka would retry it every 2 s for ever.
+    KafkaError.GROUP_ID_NOT_FOUND,
 })
 
 
@@ -94,6 +97,11 @@ def _explain_group_error(err: KafkaError, group_id: str, alias: str,
     if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
         return (f"{where}: another member of the group uses an incompatible assignor; give this "
                 f"mirror its own group.id; broker said: {err.str()}")
+    if err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+        return (f"{where} exists with the consumer protocol (KIP-848, e.g. run with "
+                "group.protocol=consumer), which this broker does not let a classic member "
+                "join: set group.protocol=consumer, or give the mirror a new group.id; broker "
+                f"said: {err.str()}")
     return f"{where}: {err.name()}: {err.str()}"
 
 
@@ -202,13 +210,13 @@ class Membership:
         """Commit positions (next offset to mirror; with metadata when ``offsets`` is
         ``Positions``) to the source cluster; done in the thread."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("commit", _copy(offsets), future))
+        self._commands.put(("commit", copy_positions(offsets), future))
         return future
 
     async def close(self, final_offsets: Mapping[TP, int]) -> None:
         """Commit the final positions, leave the group, stop the thread."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("close", _copy(final_offsets), future))
+        self._commands.put(("close", copy_positions(final_offsets), future))
         if self._ended or self._thread is None:
             self._fail_queued()          # the thread is gone (or never ran): nothing to wait for
         await asyncio.wrap_future(future)
@@ -411,7 +419,7 @@ def _topic_partition(tp: TP, offset: int, metadata: str | None) -> TopicPartitio
     return TopicPartition(tp[0], tp[1], offset, metadata=metadata)
 
 
-def _copy(offsets: Mapping[TP, int]) -> Positions:
+def copy_positions(offsets: Mapping[TP, int]) -> Positions:
     """A snapshot for the membership thread, keeping the commit metadata."""
     return Positions(offsets, getattr(offsets, "metadata", None))
 

@@ -609,6 +609,12 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                 problems.append(f"{flow}: exactly-once runs on the shallow path only; drop "
                                 "--deep / use.raw.bytes=false or turn exactly-once off")
                 continue
+            if resolved["group.protocol"] == "consumer" and not settings["use.raw.bytes"]:
+                problems.append(f"{flow}: group.protocol=consumer runs on the shallow path only "
+                                "(the deep path's librdkafka consumer joins with the classic "
+                                "protocol); drop --deep / use.raw.bytes=false or use "
+                                "group.protocol=classic")
+                continue
         flows.append(FlowConfig(source, target, settings, engine_raw, **clients))
 
     identity_flows = [f for f in flows if not f.policy.detects_cycles]

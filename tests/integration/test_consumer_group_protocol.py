@@ -1,0 +1,231 @@
+"""``group.protocol=consumer``: partitions shared through KIP-848's consumer group protocol, on a
+real Kafka 3.7 source with the protocol turned on (Kafka 4.0+ serves it by default). The broker
+assigns at the first heartbeat, so a new group starts without ``group.initial.rebalance.delay.ms``;
+commits carry the member epoch; partitions move between members with their final positions
+committed first. Brokers without the protocol, and a group id a classic group already holds,
+are refused with what to do."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from engine_support import create_target, group, load_topic, run_until_caught_up
+from kafka import errors as Errors
+
+from shallowmirror.engine import MirrorEngine
+from shallowmirror.engine.consumer_group import ConsumerGroupMembership
+from shallowmirror.engine.membership import GroupMembershipError
+from shallowmirror.errors import BrokerError
+from shallowmirror.net import Cluster
+from shallowmirror.net.coordinators import GROUP_KEY, Coordinators
+from shallowmirror.net.group_api import ConsumerGroupHeartbeatRequest
+from shallowmirror.testing.topics import read_topic, tally_copies
+
+pytestmark = pytest.mark.integration
+
+KIP_848 = {"group.coordinator.rebalance.protocols": "classic,consumer"}
+
+
+def _settings(group_id: str, **more) -> dict:
+    return {"partition.assignment": "group", "group.protocol": "consumer", "group.id": group_id,
+            "fetch.max.wait.ms": 100, "offset.commit.interval.ms": 200, **more}
+
+
+def _committed(cluster, group_id: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({**cluster.client_config(), "group.id": group_id})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                   timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+async def _coordinator(cluster: Cluster, group_id: str) -> int:
+    """The group's coordinator, waited for (a fresh cluster creates __consumer_offsets first)."""
+    for _ in range(300):
+        try:
+            return await Coordinators(cluster, "probe").node(GROUP_KEY, group_id)
+        except BrokerError as err:
+            if not err.retriable:
+                raise
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"no coordinator for {group_id} in 30 s")
+
+
+def _join_answer(cluster, group_id: str, topic: str):
+    """A bare member's first heartbeat to ``group_id`` (it leaves again at once)."""
+
+    async def probe():
+        conn_cluster = Cluster(cluster.client_config(), "probe")
+        await conn_cluster.start()
+        try:
+            node = await _coordinator(conn_cluster, group_id)
+            conn = await conn_cluster.connection(node)
+            resp = await conn.request(ConsumerGroupHeartbeatRequest(
+                version=0, group_id=group_id, member_id="", member_epoch=0,
+                rebalance_timeout_ms=10000, subscribed_topic_names=[topic],
+                topic_partitions=[]))
+            if resp.error_code == 0:
+                await conn.request(ConsumerGroupHeartbeatRequest(
+                    version=0, group_id=group_id, member_id=resp.member_id, member_epoch=-1))
+            return resp
+        finally:
+            await conn_cluster.close()
+
+    return asyncio.run(probe())
+
+
+def _serves_kip_848(cluster) -> bool:
+    """Whether a first heartbeat is answered (Kafka 3.7 offers the API in ApiVersions even
+    with the protocol off, and answers UNSUPPORTED_VERSION; tansu does not offer it)."""
+
+    async def offered() -> bool:
+        probe = Cluster(cluster.client_config(), "probe")
+        await probe.start()
+        try:
+            conn = await probe.any_connection()
+            return ConsumerGroupHeartbeatRequest.API_KEY in conn.api_versions
+        finally:
+            await probe.close()
+
+    if not asyncio.run(offered()):
+        return False
+    answer = _join_answer(cluster, group(), "kip-848-probe")
+    return answer.error_code != Errors.UnsupportedVersionError.errno
+
+
+def _assert_exact_copy(source, target, topic: str) -> None:
+    tally = tally_copies(read_topic(source.client_config(), topic),
+                         read_topic(target.client_config(), topic))
+    assert (tally.lost, tally.duplicates, tally.order_kept) == (0, 0, True), tally
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_a_lone_engine_mirrors_and_resumes_through_the_consumer_protocol(
+        start_broker, target_cluster, unique_topic):
+    """One engine: every record mirrored once, offsets committed under the member epoch, and
+    a second run of the same group goes on from them (only the new records). The group is a
+    consumer-protocol group: a bare KIP-848 member can join it afterwards, which a classic group
+    refuses (next test)."""
+    source = start_broker("kip848", overrides=KIP_848)
+    topic = unique_topic("cgp")
+    load_topic(source, topic, 3000, partitions=4)
+    create_target(target_cluster, topic, 4)
+    group_id = group()
+    engines: list[MirrorEngine] = []
+    first = asyncio.run(run_until_caught_up(source, target_cluster, [topic],
+                                            settings=_settings(group_id), engine_out=engines))
+    assert first.records == 3000
+    assert isinstance(engines[0].membership, ConsumerGroupMembership)
+    assert "assigned" in first.startup and "offsets fetched" in first.startup
+    ends = _committed(source, group_id, topic, 4)
+    assert sum(ends.values()) == 3000 and min(ends.values()) > 0, ends
+
+    load_topic(source, topic, 700, partitions=4, create_topic=False, seed=7)
+    second = asyncio.run(run_until_caught_up(source, target_cluster, [topic],
+                                             settings=_settings(group_id)))
+    assert second.records == 700
+    _assert_exact_copy(source, target_cluster, topic)
+    assert _join_answer(source, group_id, topic).error_code == 0
+
+    # Back to the classic protocol on this group: refused with what to do (librdkafka retried
+    # the JoinGroup's GROUP_ID_NOT_FOUND silently for ever).
+    text = _refusal(source, target_cluster, topic, group_id, protocol="classic")
+    assert "exists with the consumer protocol" in text and "group.protocol=consumer" in text
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_two_engines_share_partitions_and_hand_them_over(start_broker, target_cluster,
+                                                         unique_topic):
+    """Two engines of one group split the partitions between them (the broker's uniform
+    assignor); when one stops, its partitions move to the other from the positions it
+    committed as it released them: every record on the target exactly once."""
+    source = start_broker("kip848", overrides=KIP_848)
+    topic = unique_topic("cgp-share")
+    load_topic(source, topic, 4000, partitions=4)
+    create_target(target_cluster, topic, 4)
+    group_id = group()
+
+    async def scenario() -> tuple[list, list, int]:
+        engines = [MirrorEngine(source.client_config(), target_cluster.client_config(),
+                                topics=[topic], settings=_settings(group_id))
+                   for _ in range(2)]
+        stops = [asyncio.Event(), asyncio.Event()]
+        tasks = [asyncio.create_task(e.run(s)) for e, s in zip(engines, stops, strict=True)]
+        try:
+            split = await _until(lambda: [len(e.partitions) for e in engines] == [2, 2], 60)
+            shares = [sorted(e.partitions) for e in engines]
+            assert split, [sorted(e.partitions) for e in engines]
+            assert await engines[0].wait_caught_up(60) and await engines[1].wait_caught_up(60)
+            stops[0].set()
+            await tasks[0]
+            took_over = await _until(lambda: len(engines[1].partitions) == 4, 60)
+            assert took_over, sorted(engines[1].partitions)
+            await asyncio.to_thread(load_topic, source, topic, 1000, partitions=4,
+                                    create_topic=False, seed=11)
+            assert await engines[1].wait_caught_up(60)
+            return shares, sorted(engines[1].partitions), engines[1].stats().records
+        finally:
+            for stop in stops:
+                stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    shares, last, records = asyncio.run(scenario())
+    assert not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == last == [(topic, p) for p in range(4)]
+    assert records >= 1000
+    _assert_exact_copy(source, target_cluster, topic)
+
+
+async def _until(condition, timeout_s: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def _refusal(source, target, topic: str, group_id: str, protocol: str = "consumer") -> str:
+    """Run an engine expected to stop on a group error; the error's text."""
+    settings = _settings(group_id, **{"group.protocol": protocol})
+    with pytest.raises(Exception) as caught:   # noqa: PT011 - the text is what is checked
+        asyncio.run(run_until_caught_up(source, target, [topic], settings=settings,
+                                        timeout_s=60))
+    error = caught.value
+    assert isinstance(getattr(error, "error", error), GroupMembershipError), repr(error)
+    return str(error)
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_a_group_id_held_by_a_classic_group_is_refused_with_what_to_do(
+        start_broker, target_cluster, unique_topic):
+    source = start_broker("kip848", overrides=KIP_848)
+    topic = unique_topic("cgp-classic")
+    load_topic(source, topic, 100, partitions=2)
+    create_target(target_cluster, topic, 2)
+    group_id = group()
+    consumer = Consumer({**source.client_config(), "group.id": group_id})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    consumer.close()
+    text = _refusal(source, target_cluster, topic, group_id)
+    assert f"consumer group {group_id!r}" in text and "classic" in text
+    assert "new group.id" in text, text
+    assert _join_answer(source, group_id, topic).error_code != 0      # what the probe tells
+
+
+def test_a_cluster_without_the_consumer_protocol_is_refused_with_what_to_do(
+        source_cluster, target_cluster, unique_topic):
+    """The session's source (tansu, or Kafka 3.7 with its default config) does not serve
+    KIP-848: the engine stops at once with the broker versions that do, not a hang."""
+    if _serves_kip_848(source_cluster):
+        pytest.skip("this source cluster serves KIP-848 (e.g. Kafka 4): nothing to refuse")
+    topic = unique_topic("cgp-none")
+    load_topic(source_cluster, topic, 100, partitions=2)
+    create_target(target_cluster, topic, 2)
+    text = _refusal(source_cluster, target_cluster, topic, group())
+    assert "group.protocol=consumer" in text and "Kafka 4.0" in text, text
+    assert "group.coordinator.rebalance.protocols=classic,consumer" in text, text
