@@ -462,10 +462,14 @@ def test_a_source_topic_deleted_and_created_again_is_mirrored_from_its_start(
         nonlocal new_values
         got = [r.value for r in read_topic(target_cluster, remote).get(0, [])]
         new_values = [r.value for r in second[0].records()[0]] if second else None
-        return new_values is not None and got[-300:] == new_values
+        # And the re-creation seen: the deep path's topic-id watch looks every
+        # metadata.max.age.ms, and a partition assigned afresh has all it needs before that.
+        logged = "deleted and created again" in (tmp_path / "mirror.log").read_text()
+        return new_values is not None and got[-300:] == new_values and logged
 
     log = _mirror_around(config, tmp_path, target_cluster, remote, 100, recreate,
-                         (new_topic_mirrored, "the new topic's 300 records, in order, last"),
+                         (new_topic_mirrored, "the new topic's 300 records, in order, last, "
+                                              "and the re-creation logged"),
                          *(["--deep"] if deep else []))
     got = [r.value for r in read_topic(target_cluster, remote)[0]]
     assert got[:100] == [r.value for r in first.records()[0]], "the old topic's copies first"
