@@ -64,6 +64,7 @@ _VERSIONS = {OffsetCommitRequest: (9, 9), OffsetFetchRequest: (7, 7)}
 #: revocation settles in-flight batches within request.timeout.ms).
 _REBALANCE_TIMEOUT_MS = 60_000
 _RETRY_S = (0.1, 2.0)                # first and longest pause after a retriable failure
+_LEAVE_TIMEOUT_S = 10.0
 
 _COORDINATOR_MOVED = frozenset({Errors.NotCoordinatorError.errno,
                                 Errors.CoordinatorNotAvailableError.errno})
@@ -192,9 +193,9 @@ class ConsumerGroupMembership:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-        if self.epoch > 0:
+        if self.epoch > 0:       # bounded: an unreachable coordinator expires the member
             with contextlib.suppress(Exception):
-                await self._leave()
+                await asyncio.wait_for(self._leave(), _LEAVE_TIMEOUT_S)
         self._ended = True
         await self._cluster.close()
         if error is not None:
