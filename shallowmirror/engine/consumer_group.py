@@ -40,6 +40,7 @@ from shallowmirror.engine.membership import (
     OnRevoked,
     Positions,
     copy_positions,
+    settle,
 )
 from shallowmirror.engine.runtime import UNREACHABLE_LOG_INTERVAL_S
 from shallowmirror.errors import BrokerError, ConnectionFailedError, Where
@@ -266,13 +267,13 @@ class ConsumerGroupMembership:
         sends the whole state, later heartbeats only what changed."""
         joining = self.epoch == JOIN_EPOCH
         owned = None
-        if joining or self._send_owned:
+        if joining:
+            owned = []
+        elif self._send_owned:
             owned = [ConsumerGroupHeartbeatRequest.TopicPartitions(
                 topic_id=self._ids[topic], partitions=sorted(p for t, p in self.assigned
                                                              if t == topic))
                 for topic in sorted({t for t, _ in self.assigned}) if topic in self._ids]
-            if joining:
-                owned = []
         topics = list(self._topics) if joining or self._send_topics else None
         request = ConsumerGroupHeartbeatRequest(
             version=version, group_id=self.group_id, member_id=self.member_id,
@@ -515,11 +516,7 @@ class ConsumerGroupMembership:
 
 def _settle_from(result: concurrent.futures.Future, task: asyncio.Task) -> None:
     """Hand a task's outcome to a caller's future (unless the caller gave up on it)."""
-    if result.done():
-        return
     if task.cancelled():
         result.cancel()
-    elif task.exception() is not None:
-        result.set_exception(task.exception())
     else:
-        result.set_result(None)
+        settle(result, task.exception())

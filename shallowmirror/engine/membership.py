@@ -270,7 +270,7 @@ class Membership:
             except queue.Empty:
                 return
             if command[0] in ("commit", "close"):
-                _settle(command[2], RuntimeError(
+                settle(command[2], RuntimeError(
                     f"the membership thread of group {self.group_id} has ended"))
 
     def _serve(self) -> None:
@@ -330,7 +330,7 @@ class Membership:
                 self._commit_now(consumer, command[1])
             except Exception as err:  # noqa: BLE001 - reported through the future
                 error = err
-            _settle(command[2], error)
+            settle(command[2], error)
 
     def _commit_now(self, consumer: Consumer, offsets: Mapping[TP, int]) -> None:
         owned = {tp: off for tp, off in offsets.items() if tp in self.assigned and off >= 0}
@@ -409,7 +409,7 @@ class Membership:
             consumer.close()
         except Exception as err:  # noqa: BLE001
             log.warning("closing the membership consumer: %s", err)
-        _settle(future, error)
+        settle(future, error)
 
 
 def _topic_partition(tp: TP, offset: int, metadata: str | None) -> TopicPartition:
@@ -424,7 +424,7 @@ def copy_positions(offsets: Mapping[TP, int]) -> Positions:
     return Positions(offsets, getattr(offsets, "metadata", None))
 
 
-def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
+def settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
     """Complete a caller's future unless the caller already gave up on it.
 
     A future cancelled by the engine during shutdown (its awaiting task was cancelled) is done:

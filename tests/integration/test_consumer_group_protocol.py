@@ -21,7 +21,7 @@ from shallowmirror.errors import BrokerError
 from shallowmirror.net import Cluster
 from shallowmirror.net.coordinators import GROUP_KEY, Coordinators
 from shallowmirror.net.group_api import ConsumerGroupHeartbeatRequest
-from shallowmirror.testing.topics import read_topic, tally_copies
+from shallowmirror.testing.topics import group_offsets, read_topic, tally_copies
 
 pytestmark = pytest.mark.integration
 
@@ -31,16 +31,6 @@ KIP_848 = {"group.coordinator.rebalance.protocols": "classic,consumer"}
 def _settings(group_id: str, **more) -> dict:
     return {"partition.assignment": "group", "group.protocol": "consumer", "group.id": group_id,
             "fetch.max.wait.ms": 100, "offset.commit.interval.ms": 200, **more}
-
-
-def _committed(cluster, group_id: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({**cluster.client_config(), "group.id": group_id})
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                   timeout=30)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in found}
 
 
 async def _coordinator(cluster: Cluster, group_id: str) -> int:
@@ -121,7 +111,7 @@ def test_a_lone_engine_mirrors_and_resumes_through_the_consumer_protocol(
     assert first.records == 3000
     assert isinstance(engines[0].membership, ConsumerGroupMembership)
     assert "assigned" in first.startup and "offsets fetched" in first.startup
-    ends = _committed(source, group_id, topic, 4)
+    ends = group_offsets(source, group_id, topic, range(4))
     assert sum(ends.values()) == 3000 and min(ends.values()) > 0, ends
 
     load_topic(source, topic, 700, partitions=4, create_topic=False, seed=7)
