@@ -41,16 +41,19 @@ ENGINE_SETTINGS = SettingsTable(
                 "group: share partitions with other engines of the same group.id through the "
                 "consumer-group protocol; all: take every partition of the topics (one engine), "
                 "still committing offsets under group.id.", choices=("group", "all")),
-        Setting("group.protocol", "str", "classic",
-                "How partitions are shared (partition.assignment=group). classic: JoinGroup/"
-                "SyncGroup; a new group's first join waits the broker's "
+        Setting("group.protocol", "str", "auto",
+                "How partitions are shared (partition.assignment=group). auto: consumer where "
+                "the source cluster serves it for the group, classic otherwise (chosen at the "
+                "first heartbeat; a group id a classic group holds stays classic). classic: "
+                "JoinGroup/SyncGroup; a new group's first join waits the broker's "
                 "group.initial.rebalance.delay.ms (3 s by default). consumer: KIP-848, the "
                 "broker assigns at the first heartbeat, with no delay (first record in well "
                 "under a second); needs Kafka 4.0+, or 3.7 with group.coordinator.rebalance."
                 "protocols=classic,consumer, and a group.id not already used by a classic group. "
                 "Its session timeout is the broker's group.consumer.session.timeout.ms; "
                 "session.timeout.ms here is how long the mirror keeps partitions without a "
-                "heartbeat answer.", choices=("classic", "consumer"), scope="flow"),
+                "heartbeat answer. The deep path (--deep) always uses classic.",
+                choices=("auto", "classic", "consumer"), scope="flow"),
         Setting("group.instance.id", "str", None,
                 "Static group membership (KIP-345): a restart within session.timeout.ms gets "
                 "its partitions back at once, without a rebalance (a new group's first join "

@@ -72,6 +72,22 @@ _COORDINATOR_MOVED = frozenset({Errors.NotCoordinatorError.errno,
 _RETRY = frozenset({Errors.CoordinatorLoadInProgressError.errno,
                     Errors.RequestTimedOutError.errno})
 _FENCED = frozenset({Errors.FencedMemberEpochError.errno, Errors.UnknownMemberIdError.errno})
+#: Heartbeat answers that mean "not with this protocol": not served, or a classic group's id.
+_PROTOCOL_REFUSED = frozenset({Errors.UnsupportedVersionError.errno,
+                               Errors.GroupIdNotFoundError.errno})
+
+
+class ConsumerProtocolRefused(GroupMembershipError):
+    """The coordinator refused the consumer group protocol for this group: the cluster does not
+    serve it (no ConsumerGroupHeartbeat API, or UNSUPPORTED_VERSION), or a classic group holds
+    the group id (GROUP_ID_NOT_FOUND; ``classic_group``). ``before_join``: no heartbeat of this
+    member was ever accepted, so it owns nothing and ``group.protocol=auto`` may go on with the
+    classic protocol instead (``engine.protocol_choice``)."""
+
+    def __init__(self, text: str, *, before_join: bool, classic_group: bool = False) -> None:
+        super().__init__(text)
+        self.before_join = before_join
+        self.classic_group = classic_group
 
 
 def explain_unsupported(group_id: str, alias: str, detail: str) -> str:
@@ -80,7 +96,8 @@ def explain_unsupported(group_id: str, alias: str, detail: str) -> str:
             f"needs the KIP-848 consumer group protocol, which this cluster does not serve "
             f"({detail}). It is on by default from Apache Kafka 4.0; Kafka 3.7 serves it with "
             "group.coordinator.rebalance.protocols=classic,consumer in the brokers' config. "
-            "Otherwise use group.protocol=classic (the default)")
+            "Otherwise use group.protocol=auto (the default: classic where consumer is not "
+            "served) or classic")
 
 
 def _explain_heartbeat_error(code: int, message: str | None, group_id: str, alias: str) -> str:
@@ -90,7 +107,7 @@ def _explain_heartbeat_error(code: int, message: str | None, group_id: str, alia
         return (f"{where} exists with the classic protocol (a JoinGroup group, e.g. committed "
                 "by an earlier run with group.protocol=classic or by MirrorMaker); this broker "
                 "cannot move it to the consumer protocol: give the mirror a new group.id, or "
-                f"keep group.protocol=classic{said}")
+                f"use group.protocol=auto (the default) or classic{said}")
     if code == Errors.GroupAuthorizationFailedError.errno:
         return (f"{where}: not authorized to use the group (the source cluster's ACLs must "
                 f"allow READ on group {group_id!r}){said}")
@@ -127,6 +144,8 @@ class ConsumerGroupMembership:
         self._coordinators = Coordinators(self._cluster, source_alias)
         self.member_id = ""
         self.epoch = JOIN_EPOCH
+        #: A heartbeat of this member was accepted once (it may have owned partitions since).
+        self.joined = False
         self._interval_s = heartbeat_interval_ms / 1000
         self._topics: list[str] = []
         self._send_topics = True
@@ -249,9 +268,10 @@ class ConsumerGroupMembership:
             request, sent = self._request(version)
             resp = await conn.request(request)
         except UnsupportedVersionError as err:
-            raise GroupMembershipError(explain_unsupported(
+            raise ConsumerProtocolRefused(explain_unsupported(
                 self.group_id, self.source_alias,
-                "its group coordinator does not offer the ConsumerGroupHeartbeat API")) from err
+                "its group coordinator does not offer the ConsumerGroupHeartbeat API"),
+                before_join=not self.joined) from err
         except BrokerError as err:          # FindCoordinator's answer
             if not err.retriable:
                 raise GroupMembershipError(_explain_heartbeat_error(
@@ -295,6 +315,7 @@ class ConsumerGroupMembership:
             if resp.member_id:
                 self.member_id = resp.member_id
             self.epoch = resp.member_epoch
+            self.joined = True
             if resp.heartbeat_interval_ms > 0:
                 self._interval_s = resp.heartbeat_interval_ms / 1000
             if resp.assignment is not None:
@@ -311,8 +332,13 @@ class ConsumerGroupMembership:
                 self._coordinators.forget(GROUP_KEY, self.group_id)
             return self._unreachable(BrokerError(code, Where(cluster=self.source_alias),
                                                  resp.error_message))
-        raise GroupMembershipError(_explain_heartbeat_error(
-            code, resp.error_message, self.group_id, self.source_alias))
+        text = _explain_heartbeat_error(code, resp.error_message, self.group_id,
+                                        self.source_alias)
+        if code in _PROTOCOL_REFUSED:
+            raise ConsumerProtocolRefused(
+                text, before_join=not self.joined,
+                classic_group=code == Errors.GroupIdNotFoundError.errno)
+        raise GroupMembershipError(text)
 
     def _heard(self) -> None:
         self._last_answer = time.monotonic()

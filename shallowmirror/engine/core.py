@@ -43,6 +43,7 @@ from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.protocol_choice import AutoMembership
 from shallowmirror.engine.resume import ResumeStart, TargetResume
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
@@ -63,6 +64,11 @@ ClusterFactory = Callable[[Mapping[str, Any], str], Cluster]
 """``factory(client_config, alias)``: an unstarted cluster (``net.Cluster`` or a scripted one)."""
 MembershipFactory = Callable[..., Membership]
 """Called with ``Membership``'s arguments; returns a started-on-demand membership."""
+
+#: The membership of ``partition.assignment=group`` for each ``group.protocol``.
+_GROUP_PROTOCOLS: dict[str, MembershipFactory] = {
+    "auto": AutoMembership, "classic": Membership, "consumer": ConsumerGroupMembership}
+
 
 class EngineCore:
     """Everything but the routing decision (see the module docstring)."""
@@ -199,9 +205,8 @@ class EngineCore:
                 source_alias=self.source_alias, group_id=self.group_id)
         startup.mark("producer id")
         factory = self.membership_factory
-        if factory is Membership and self.settings["group.protocol"] == "consumer" and \
-                self.settings["partition.assignment"] == "group":
-            factory = ConsumerGroupMembership
+        if factory is Membership and self.settings["partition.assignment"] == "group":
+            factory = _GROUP_PROTOCOLS[self.settings["group.protocol"]]
         self.membership = factory(
             self.source_config, group_id=self.group_id,
             mode=self.settings["partition.assignment"],

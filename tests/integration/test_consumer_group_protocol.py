@@ -219,3 +219,75 @@ def test_a_cluster_without_the_consumer_protocol_is_refused_with_what_to_do(
     text = _refusal(source_cluster, target_cluster, topic, group())
     assert "group.protocol=consumer" in text and "Kafka 4.0" in text, text
     assert "group.coordinator.rebalance.protocols=classic,consumer" in text, text
+
+
+# ---- group.protocol=auto (the default) ----
+
+def _auto(group_id: str, **more) -> dict:
+    settings = _settings(group_id, **more)
+    del settings["group.protocol"]                 # the default: auto
+    return settings
+
+
+def test_the_default_picks_the_protocol_the_source_cluster_serves(
+        source_cluster, target_cluster, unique_topic):
+    """The session's source: tansu (no ConsumerGroupHeartbeat API) and Kafka 3.7 with its default
+    config (UNSUPPORTED_VERSION) go on with the classic protocol; a cluster serving KIP-848 is
+    joined with it. Every record either way, and the commits are the group's."""
+    expected = "consumer" if _serves_kip_848(source_cluster) else "classic"
+    topic = unique_topic("cgp-auto")
+    load_topic(source_cluster, topic, 1200, partitions=3)
+    create_target(target_cluster, topic, 3)
+    group_id = group()
+    engines: list[MirrorEngine] = []
+    stats = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic],
+                                            settings=_auto(group_id), engine_out=engines))
+    assert engines[0].membership.protocol == expected
+    assert stats.records == 1200 and "assigned" in stats.startup and "subscribed" in stats.startup
+    _assert_exact_copy(source_cluster, target_cluster, topic)
+    assert sum(group_offsets(source_cluster, group_id, topic, range(3)).values()) == 1200
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_the_default_joins_with_the_consumer_protocol_where_it_is_served(
+        start_broker, target_cluster, unique_topic):
+    """Kafka with KIP-848 on: the default joins as a consumer-protocol member (no initial
+    rebalance delay), and the group it made is a consumer-protocol group."""
+    source = start_broker("kip848", overrides=KIP_848)
+    topic = unique_topic("cgp-auto-848")
+    load_topic(source, topic, 2000, partitions=4)
+    create_target(target_cluster, topic, 4)
+    group_id = group()
+    engines: list[MirrorEngine] = []
+    stats = asyncio.run(run_until_caught_up(source, target_cluster, [topic],
+                                            settings=_auto(group_id), engine_out=engines))
+    assert engines[0].membership.protocol == "consumer"
+    assert isinstance(engines[0].membership.current, ConsumerGroupMembership)
+    assert stats.records == 2000
+    _assert_exact_copy(source, target_cluster, topic)
+    assert _join_answer(source, group_id, topic).error_code == 0
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
+        start_broker, target_cluster, unique_topic):
+    """A group an earlier classic run committed (an upgrade from before auto, on a broker that
+    serves KIP-848): the heartbeat is refused with GROUP_ID_NOT_FOUND, the engine goes on with
+    the classic protocol and mirrors only what came after those commits."""
+    source = start_broker("kip848", overrides=KIP_848)
+    topic = unique_topic("cgp-auto-classic")
+    load_topic(source, topic, 1500, partitions=3)
+    create_target(target_cluster, topic, 3)
+    group_id = group()
+    first = asyncio.run(run_until_caught_up(
+        source, target_cluster, [topic], settings=_settings(group_id, **{
+            "group.protocol": "classic"})))
+    assert first.records == 1500
+    load_topic(source, topic, 600, partitions=3, create_topic=False, seed=5)
+    engines: list[MirrorEngine] = []
+    second = asyncio.run(run_until_caught_up(source, target_cluster, [topic],
+                                             settings=_auto(group_id), engine_out=engines))
+    assert engines[0].membership.protocol == "classic"
+    assert second.records == 600
+    _assert_exact_copy(source, target_cluster, topic)
+    assert sum(group_offsets(source, group_id, topic, range(3)).values()) == 2100

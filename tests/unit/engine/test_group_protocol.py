@@ -24,16 +24,23 @@ BASE = {"clusters": "A, B", "A.bootstrap.servers": "127.0.0.1:1",
 TOPIC_ID = uuid.UUID("d65b9b3e-cb13-4f88-8a72-9ac82f8eb438")
 
 
-def test_classic_is_the_default_and_consumer_is_chosen_per_flow_or_for_all():
-    assert resolve_settings({})["group.protocol"] == "classic"
-    for keys in ({"group.protocol": "consumer"}, {"A->B.group.protocol": "consumer"}):
-        flow = resolve_mm2({**BASE, **keys}).flows[0]
-        assert resolve_settings(flow.engine_settings)["group.protocol"] == "consumer"
+def test_auto_is_the_default_and_a_protocol_is_chosen_per_flow_or_for_all():
+    assert resolve_settings({})["group.protocol"] == "auto"
+    for value in ("consumer", "classic"):
+        for keys in ({"group.protocol": value}, {"A->B.group.protocol": value}):
+            flow = resolve_mm2({**BASE, **keys}).flows[0]
+            assert resolve_settings(flow.engine_settings)["group.protocol"] == value
 
 
 def test_a_bad_value_is_refused_with_the_choices():
-    with pytest.raises(ConfigError, match="group.protocol.*classic, consumer.*'cooperative'"):
+    with pytest.raises(ConfigError,
+                       match="group.protocol.*auto, classic, consumer.*'cooperative'"):
         resolve_settings({"group.protocol": "cooperative"})
+
+
+def test_the_deep_path_takes_the_default_auto_as_classic():
+    flow = resolve_mm2(dict(BASE), deep=True).flows[0]
+    assert resolve_settings(flow.engine_settings)["group.protocol"] == "auto"
 
 
 def test_the_deep_path_refuses_the_consumer_protocol_instead_of_ignoring_it():
