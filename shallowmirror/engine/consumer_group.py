@@ -520,13 +520,25 @@ class ConsumerGroupMembership:
                         f"{BrokerError(p.error_code).reason}")
 
     async def _group_call(self, api: Any, make: Callable[[int], Any], what: str) -> Any:
-        """A request to the group coordinator, retried while it moves or loads."""
+        """A request to the group coordinator, retried while it moves, loads or cannot be
+        reached (a dropped connection, a coordinator broker restarting), for up to 120 s."""
         pause = _RETRY_S[0]
         deadline = time.monotonic() + 120
         while True:
-            node = await self._coordinators.node(GROUP_KEY, self.group_id)
-            conn = await self._cluster.connection(node)
-            resp = await conn.request(make(conn.api_version(api.API_KEY, _VERSIONS[api])))
+            try:
+                node = await self._coordinators.node(GROUP_KEY, self.group_id)
+                conn = await self._cluster.connection(node)
+                resp = await conn.request(make(conn.api_version(api.API_KEY, _VERSIONS[api])))
+            except (ConnectionFailedError, BrokerError) as err:
+                retriable = isinstance(err, ConnectionFailedError) or err.retriable
+                if not retriable or time.monotonic() >= deadline:
+                    raise
+                self._coordinators.forget(GROUP_KEY, self.group_id)
+                log.info("group %s on cluster %s: %s not answered (%s); retrying in %.1fs",
+                         self.group_id, self.source_alias, what, err, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _RETRY_S[1])
+                continue
             code = getattr(resp, "error_code", 0)
             if code in _COORDINATOR_MOVED:
                 self._coordinators.forget(GROUP_KEY, self.group_id)
