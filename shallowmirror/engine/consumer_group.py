@@ -369,12 +369,17 @@ class ConsumerGroupMembership:
             self._lose()
 
     def _lose(self) -> None:
-        """Forget membership and partitions without committing; the next heartbeat joins."""
-        self.member_id, self.epoch = "", JOIN_EPOCH
+        """Forget the partitions without committing; the next heartbeat joins again (epoch 0)
+        under the same member id, as KIP-848 asks of a fenced member. The coordinator then
+        answers with this member's assignment at once (Kafka 3.7: all of it again, where a new
+        member id got nothing until the old one's group.consumer.session.timeout.ms, 45 s by
+        default, had expired it)."""
+        self.epoch = JOIN_EPOCH
         self._send_topics = self._send_owned = True
         self._target = []
         self._lost = True
         self._reconcile_soon()
+        self._poke()                # join again now, not a heartbeat interval later
 
     async def _leave(self) -> None:
         node = await self._coordinators.node(GROUP_KEY, self.group_id)

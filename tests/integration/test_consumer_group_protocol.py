@@ -291,3 +291,46 @@ def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
     assert second.records == 600
     _assert_exact_copy(source, target_cluster, topic)
     assert sum(group_offsets(source, group_id, topic, range(3)).values()) == 2100
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
+        start_broker, target_cluster, unique_topic):
+    """A member that heard nothing from the coordinator for session.timeout.ms drops its
+    partitions without committing (simulated here: ``_lose``, what that check calls). It joins
+    again under the same member id, so the coordinator hands the partitions straight back; under
+    a new id they stayed with the old, silent member until the broker's
+    group.consumer.session.timeout.ms (45 s) expired it. Every record still arrives once."""
+    source = start_broker("kip848", overrides=KIP_848)
+    topic = unique_topic("cgp-lost")
+    load_topic(source, topic, 2000, partitions=4)
+    create_target(target_cluster, topic, 4)
+    group_id = group()
+
+    async def scenario() -> float:
+        engine = MirrorEngine(source.client_config(), target_cluster.client_config(),
+                              topics=[topic], settings=_auto(group_id))
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        try:
+            assert await _until(lambda: len(engine.partitions) == 4, 60)
+            assert await engine.wait_caught_up(60)
+            member = engine.membership.current
+            member_id = member.member_id
+            member._lose()
+            assert await _until(lambda: len(engine.partitions) == 0, 10)
+            lost_at = asyncio.get_running_loop().time()
+            assert await _until(lambda: len(engine.partitions) == 4, 15), engine.partitions
+            back_s = asyncio.get_running_loop().time() - lost_at
+            assert member.member_id == member_id and member.epoch > 0
+            await asyncio.to_thread(load_topic, source, topic, 500, partitions=4,
+                                    create_topic=False, seed=13)
+            assert await engine.wait_caught_up(60)
+            return back_s
+        finally:
+            stop.set()
+            await task
+
+    back_s = asyncio.run(scenario())
+    assert back_s < 15
+    _assert_exact_copy(source, target_cluster, topic)

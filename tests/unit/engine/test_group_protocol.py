@@ -144,5 +144,6 @@ def test_a_fenced_member_joins_again_at_once():
         return member._answer(fenced, ([], None))
 
     pause = member._loop.run_until_complete(answer())
-    assert pause == 0 and (member.member_id, member.epoch) == ("", 0)
-    assert member._request(0)[0].topic_partitions == []
+    assert pause == 0 and (member.member_id, member.epoch) == ("m", 0)
+    rejoin = member._request(0)[0]           # the same member id at epoch 0 (KIP-848's rejoin)
+    assert (rejoin.member_id, rejoin.member_epoch, rejoin.topic_partitions) == ("m", 0, [])
