@@ -98,11 +98,22 @@ def _explain_group_error(err: KafkaError, group_id: str, alias: str,
         return (f"{where}: another member of the group uses an incompatible assignor; give this "
                 f"mirror its own group.id; broker said: {err.str()}")
     if err.code() == KafkaError.GROUP_ID_NOT_FOUND:
-        return (f"{where} exists with the consumer protocol (KIP-848, e.g. run with "
-                "group.protocol=consumer), which this broker does not let a classic member "
-                "join: set group.protocol=consumer, or give the mirror a new group.id; broker "
+        return (f"{where} exists with the consumer protocol (KIP-848: made by a shallow run "
+                "with group.protocol=auto or consumer on a broker serving it), which this "
+                "broker does not let a classic member join: mirror it shallowly with "
+                "group.protocol=auto or group.protocol=consumer (the deep path, --deep, joins "
+                f"with the classic protocol only), or give the mirror a new group.id; broker "
                 f"said: {err.str()}")
     return f"{where}: {err.name()}: {err.str()}"
+
+
+def fatal_group_error(err: KafkaError, group_id: str, alias: str,
+                      conf: Mapping[str, Any]) -> GroupMembershipError | None:
+    """The refusal to raise for a group error librdkafka reports but no retry can fix (None:
+    one it rightly retries). Shared by the membership thread and the deep path's consumer."""
+    if err.code() not in _FATAL_GROUP_ERRORS:
+        return None
+    return GroupMembershipError(_explain_group_error(err, group_id, alias, conf))
 
 
 def committed_with_retries(consumer: Consumer, partitions: list[TP], *,
@@ -298,11 +309,10 @@ class Membership:
         """Errors the group protocol reports through ``poll``: librdkafka retries them all, so one
         no retry can fix (a session timeout outside the broker's range, no access to the group)
         would spin silently forever. Those end the thread (-> ``on_failed``); others are logged."""
-        if err.code() not in _FATAL_GROUP_ERRORS:
-            log.debug("membership consumer (group %s): %s", self.group_id, err)
-            return
-        raise GroupMembershipError(_explain_group_error(
-            err, self.group_id, self.source_alias, self._conf))
+        refusal = fatal_group_error(err, self.group_id, self.source_alias, self._conf)
+        if refusal is not None:
+            raise refusal
+        log.debug("membership consumer (group %s): %s", self.group_id, err)
 
     def _do(self, consumer: Consumer, command: tuple) -> None:
         kind = command[0]

@@ -38,6 +38,7 @@ from confluent_kafka import (
 )
 
 from shallowmirror.codec.layout import CODEC_NAMES
+from shallowmirror.engine.membership import fatal_group_error
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import build_client
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
@@ -191,6 +192,18 @@ class DeepFlowRunner:
             stopper.cancel()
             await asyncio.shield(worker)
 
+    def _check_consumer_error(self, err: KafkaError) -> None:
+        """A group error no retry can fix (e.g. a group id a KIP-848 group holds, which Kafka
+        3.x refuses a classic JoinGroup for ever) stops the flow with what to do; librdkafka
+        retries the rest, which are logged."""
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        refusal = fatal_group_error(err, self._settings["group.id"], self.source_alias,
+                                    self._source_config)
+        if refusal is not None:
+            raise refusal
+        log.warning("flow %s: consumer: %s", self.flow, err.str())
+
     def _producer(self, topic: str) -> Producer:
         codec = self._topic_codec.get(topic)
         if codec is None:
@@ -243,8 +256,7 @@ class DeepFlowRunner:
                 for msg in messages:
                     err = msg.error()
                     if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            log.warning("flow %s: consumer: %s", self.flow, err.str())
+                        self._check_consumer_error(err)
                         continue
                     self._forward(msg)
                 for producer in self._producers.values():

@@ -276,6 +276,31 @@ def test_a_flow_can_switch_between_shallow_and_deep(source_cluster, target_clust
     _same(source_cluster, topic, target_cluster, f"A.{topic}")
 
 
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_the_default_protocol_on_a_kip_848_source_then_deep_is_refused_with_what_to_do(
+        start_broker, target_cluster, tmp_path, unique_topic):
+    """On a source serving KIP-848 the default (group.protocol=auto) makes a consumer-protocol
+    group; Kafka 3.7 then refuses the deep path's classic JoinGroup with GROUP_ID_NOT_FOUND,
+    which librdkafka retried every 2 s for ever. The deep flow stops with what to do, exit 1,
+    and the shallow path goes on from the group's commits."""
+    source = start_broker("kip848", overrides={
+        "group.coordinator.rebalance.protocols": "classic,consumer"})
+    topic = unique_topic("auto-deep")
+    _load(source, topic, records=1200)
+    config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
+                            **_flow(topics=topic))
+    first = run_until_caught_up("mirror", str(config), "--log-level", "INFO")
+    assert "consumer_group: group" in first.stderr and "assigned 3 partitions" in first.stderr
+    deep = run_cli("mirror", str(config), "--deep", "--exit-when-caught-up", timeout_s=90)
+    assert deep.returncode == 1, deep.stderr[-3000:]
+    assert "exists with the consumer protocol" in deep.stderr, deep.stderr[-3000:]
+    assert "new group.id" in deep.stderr and "Traceback" not in deep.stderr
+    load(source, Workload(topic, records=500, partitions=3, codec="lz4", value_bytes=200,
+                          create_topic=False, seed=3))
+    run_until_caught_up("mirror", str(config))
+    _same(source, topic, target_cluster, f"A.{topic}")
+
+
 # -- MirrorMaker 1 flags ---------------------------------------------------------------------------
 
 
