@@ -44,11 +44,13 @@ from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.protocol_choice import AutoMembership
+from shallowmirror.engine.replaced_topics import replaced_partitions
 from shallowmirror.engine.resume import ResumeStart, TargetResume
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
 from shallowmirror.engine.startup import StartupTimeline
+from shallowmirror.engine.supervisor import partitions_text
 from shallowmirror.engine.transactions import FencedError, TransactionalSinks
 from shallowmirror.errors import (
     ConfigError,
@@ -248,7 +250,10 @@ class EngineCore:
             self.settings["request.timeout.ms"] / 1000)
         self.sinks.stop()
         await self.supervisor.cancel_all()
-        final = self._positions({tp: sp.offsets.committed for tp, sp in self.partitions.items()})
+        owned = list(self.partitions.values())
+        replaced = await self._replaced(owned, timeout_s=2.0) if self.membership else set()
+        final = self._positions({sp.tp: sp.offsets.committed for sp in owned
+                                 if sp.tp not in replaced})
         if self.membership is not None:
             try:
                 await self.membership.close(final)
@@ -310,6 +315,19 @@ class EngineCore:
         if tps:
             self.hooks.partitions_assigned(list(tps))
 
+    async def _replaced(self, owned: list[SourcePartition], *, timeout_s: float) -> set[TP]:
+        """Owned partitions whose position must not be committed: their topic was deleted (or
+        deleted and created again) since they were fetched (``replaced_topics``)."""
+        if not owned or self.source is None:
+            return set()
+        replaced = await replaced_partitions(self.source, owned, timeout_s=timeout_s)
+        if replaced:
+            log.warning("cluster %s: %s: the source topic was deleted (or deleted and created "
+                        "again) since it was fetched; its position is not committed, so a "
+                        "topic of that name starts at auto.offset.reset", self.source_alias,
+                        partitions_text(sorted(replaced)))
+        return replaced
+
     def _mark_membership_phases(self) -> None:
         """Start-up phases the membership thread timed (a scripted membership may not)."""
         startup = self.runtime.startup
@@ -335,6 +353,9 @@ class EngineCore:
                 log.warning("%s: %d batches abandoned on revocation; they may be mirrored "
                             "again by the next owner", self._where(sp.tp), abandoned)
             result[sp.tp] = sp.offsets.committed
+        if commit:
+            for tp in await self._replaced(owned, timeout_s=5.0):
+                del result[tp]
         result = self._positions(result)
         for sp in owned:
             if self.partitions.pop(sp.tp, None) is sp:

@@ -59,7 +59,6 @@ from shallowmirror.net.protocol import FETCH_API_KEY, fetch_request, versions
 log = logging.getLogger(__name__)
 
 
-
 class Source:
     """Fetches for every partition led by one source broker."""
 
