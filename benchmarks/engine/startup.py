@@ -1,8 +1,8 @@
 """Start-up: time from an engine's start to the first record acknowledged by the target, per phase.
 
     .venv/bin/python benchmarks/engine/startup.py [--broker tansu|kafka] [--kafka-home DIR]
-        [--runs 3] [--rebalance-delay-ms 3000] [--modes group,all,static,consumer]
-        [--set KEY=VALUE ...] [--out startup.jsonl]
+        [--runs 3] [--rebalance-delay-ms 3000] [--modes group,classic,all,static,consumer]
+        [--kip848 on|off] [--set KEY=VALUE ...] [--out startup.jsonl]
 
 Starts a source and a target cluster (real Kafka with ``group.initial.rebalance.delay.ms`` at
 Kafka's default of 3000 unless told otherwise; tansu has no such setting but holds a first
@@ -12,13 +12,16 @@ has long had), then for each mode and run starts a fresh engine (a fresh group i
 topic) in this process and prints the engine's start-up timeline (``EngineStats.startup``):
 seconds after start at which each phase was reached. Modes:
 
-- ``group``: ``partition.assignment=group`` (the default), a new group each run;
-- ``static``: the same with ``group.instance.id`` set, started twice on the same group: the
+- ``group``: ``partition.assignment=group`` with every default (``group.protocol=auto``: the
+  consumer protocol where the source serves it, classic otherwise), a new group each run;
+- ``classic``: the same with ``group.protocol=classic``;
+- ``static``: classic with ``group.instance.id`` set, started twice on the same group: the
   second start is a restart within ``session.timeout.ms`` (the group is not Empty);
 - ``all``: ``partition.assignment=all`` (opt-in, single process only);
 - ``consumer``: ``group.protocol=consumer`` (KIP-848: the broker assigns at the first
   heartbeat), a new group each run; on Kafka the clusters then also get
-  ``group.coordinator.rebalance.protocols=classic,consumer`` (3.7 serves KIP-848 only so).
+  ``group.coordinator.rebalance.protocols=classic,consumer`` (3.7 serves KIP-848 only so;
+  ``--kip848 on|off`` says it for any set of modes).
 
 Nothing is asserted; the figures go to ``benchmarks/RESULTS.md``.
 """
@@ -29,6 +32,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import statistics
 import subprocess
@@ -52,7 +56,7 @@ def _clusters(args: argparse.Namespace):
         from shallowmirror.testing.kafka import kafka_clusters
 
         overrides = {"group.initial.rebalance.delay.ms": str(args.rebalance_delay_ms)}
-        if "consumer" in args.modes.split(","):    # Kafka 3.7 serves KIP-848 only when asked
+        if args.kip848 == "on":                    # Kafka 3.7 serves KIP-848 only when asked
             overrides["group.coordinator.rebalance.protocols"] = "classic,consumer"
         return kafka_clusters("source", "target", kafka_home=args.kafka_home,
                               overrides=overrides)
@@ -84,8 +88,8 @@ def _settings(mode: str, group: str, extra: dict[str, str]) -> dict[str, Any]:
                          "partition.assignment": "all" if mode == "all" else "group"}
     if mode == "static":
         s["group.instance.id"] = f"{group}-1"
-    if mode == "consumer":
-        s["group.protocol"] = "consumer"
+    if mode in ("consumer", "classic", "static"):
+        s["group.protocol"] = "classic" if mode == "static" else mode
     s.update(extra)
     return s
 
@@ -101,8 +105,8 @@ def _cli_run(source: Any, target: Any, mode: str, extra: dict[str, str],
     load(source.client_config(), Workload(topic=topic, records=2_000, partitions=8,
                                           codec="lz4", value_bytes=200))
     keys = {"partition.assignment": "all"} if mode == "all" else {}
-    if mode == "consumer":
-        keys["group.protocol"] = "consumer"
+    if mode in ("consumer", "classic"):
+        keys["group.protocol"] = mode
     keys.update(extra)
     props = workdir / f"{topic}.properties"
     props.write_text("\n".join([
@@ -110,10 +114,15 @@ def _cli_run(source: Any, target: Any, mode: str, extra: dict[str, str],
         f"B.bootstrap.servers = {target.bootstrap}", "A->B.enabled = true",
         f"A->B.topics = {topic}", f"group.id = startup-{topic}",
         *(f"A->B.{k} = {v}" for k, v in keys.items())]) + "\n")
+    # As an installed package starts: with its bytecode cached (some machines set
+    # PYTHONDONTWRITEBYTECODE, which makes every launch compile the package again, ~0.3 s here).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import shallowmirror.mirror.process"], env=env,
+                   check=True)
     launched = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "shallowmirror", "mirror", str(props),
                              "--log-level", "INFO"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     first = None
     try:
         while first is None and time.monotonic() - launched < timeout_s:
@@ -140,16 +149,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rebalance-delay-ms", type=int, default=3000)
     parser.add_argument("--modes", default="group,static,all")
+    parser.add_argument("--kip848", choices=("on", "off"),
+                        help="Kafka: serve the KIP-848 consumer group protocol (default: on when "
+                             "consumer is among --modes)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--cli", action="store_true",
                         help="also launch `shallowmirror mirror` per mode and run (group, all, and "
-                             "consumer when among --modes)")
+                             "classic and consumer when among --modes)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    if args.kip848 is None:
+        args.kip848 = "on" if "consumer" in args.modes.split(",") else "off"
     extra = dict(item.split("=", 1) for item in args.set)
     logging.basicConfig(level=logging.WARNING)
     rows = []
-    cli_modes = ["group", "all"] + (["consumer"] if "consumer" in args.modes.split(",") else [])
+    cli_modes = ["group", "all"] + [m for m in ("classic", "consumer")
+                                    if m in args.modes.split(",")]
     with _clusters(args) as (source, target):
         topic = "startup"
         load(source.client_config(), Workload(topic=topic, records=20_000, partitions=8,
@@ -169,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     phases = asyncio.run(_one_run(source, target, topic,
                                                   _settings(mode, group, extra)))
                     row = {"broker": args.broker, "mode": mode, "run": run, "start": start,
-                           "rebalance_delay_ms": args.rebalance_delay_ms, "phases": phases}
+                           "rebalance_delay_ms": args.rebalance_delay_ms, "kip848": args.kip848,
+                           "phases": phases}
                     rows.append(row)
                     print(f"{mode:7s} run {run} start {start}: " + ", ".join(
                         f"{p} {phases[p]:.2f}" for p in PHASES if p in phases), flush=True)

@@ -315,7 +315,11 @@ class ConsumerGroupMembership:
             if resp.member_id:
                 self.member_id = resp.member_id
             self.epoch = resp.member_epoch
-            self.joined = True
+            if not self.joined:
+                self.joined = True
+                log.info("group %s on source cluster %s: joined with the consumer group "
+                         "protocol (KIP-848) as member %s", self.group_id, self.source_alias,
+                         self.member_id)
             if resp.heartbeat_interval_ms > 0:
                 self._interval_s = resp.heartbeat_interval_ms / 1000
             if resp.assignment is not None:

@@ -8,6 +8,7 @@ are refused with what to do."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -229,20 +230,29 @@ def _auto(group_id: str, **more) -> dict:
     return settings
 
 
+def _mirror_new_topic(source, target, name: str, records: int, partitions: int,
+                      settings_of=_auto) -> tuple[str, str, Any, MirrorEngine]:
+    """A loaded topic mirrored by one engine of a new group until caught up: (topic, group
+    id, the engine's stats, the engine)."""
+    topic = name
+    load_topic(source, topic, records, partitions=partitions)
+    create_target(target, topic, partitions)
+    group_id = group()
+    engines: list[MirrorEngine] = []
+    stats = asyncio.run(run_until_caught_up(source, target, [topic],
+                                            settings=settings_of(group_id), engine_out=engines))
+    return topic, group_id, stats, engines[0]
+
+
 def test_the_default_picks_the_protocol_the_source_cluster_serves(
         source_cluster, target_cluster, unique_topic):
     """The session's source: tansu (no ConsumerGroupHeartbeat API) and Kafka 3.7 with its default
     config (UNSUPPORTED_VERSION) go on with the classic protocol; a cluster serving KIP-848 is
     joined with it. Every record either way, and the commits are the group's."""
     expected = "consumer" if _serves_kip_848(source_cluster) else "classic"
-    topic = unique_topic("cgp-auto")
-    load_topic(source_cluster, topic, 1200, partitions=3)
-    create_target(target_cluster, topic, 3)
-    group_id = group()
-    engines: list[MirrorEngine] = []
-    stats = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic],
-                                            settings=_auto(group_id), engine_out=engines))
-    assert engines[0].membership.protocol == expected
+    topic, group_id, stats, engine = _mirror_new_topic(
+        source_cluster, target_cluster, unique_topic("cgp-auto"), 1200, 3)
+    assert engine.membership.protocol == expected
     assert stats.records == 1200 and "assigned" in stats.startup and "subscribed" in stats.startup
     _assert_exact_copy(source_cluster, target_cluster, topic)
     assert sum(group_offsets(source_cluster, group_id, topic, range(3)).values()) == 1200
@@ -254,15 +264,10 @@ def test_the_default_joins_with_the_consumer_protocol_where_it_is_served(
     """Kafka with KIP-848 on: the default joins as a consumer-protocol member (no initial
     rebalance delay), and the group it made is a consumer-protocol group."""
     source = start_broker("kip848", overrides=KIP_848)
-    topic = unique_topic("cgp-auto-848")
-    load_topic(source, topic, 2000, partitions=4)
-    create_target(target_cluster, topic, 4)
-    group_id = group()
-    engines: list[MirrorEngine] = []
-    stats = asyncio.run(run_until_caught_up(source, target_cluster, [topic],
-                                            settings=_auto(group_id), engine_out=engines))
-    assert engines[0].membership.protocol == "consumer"
-    assert isinstance(engines[0].membership.current, ConsumerGroupMembership)
+    topic, group_id, stats, engine = _mirror_new_topic(
+        source, target_cluster, unique_topic("cgp-auto-848"), 2000, 4)
+    assert engine.membership.protocol == "consumer"
+    assert isinstance(engine.membership.current, ConsumerGroupMembership)
     assert stats.records == 2000
     _assert_exact_copy(source, target_cluster, topic)
     assert _join_answer(source, group_id, topic).error_code == 0
@@ -275,13 +280,9 @@ def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
     serves KIP-848): the heartbeat is refused with GROUP_ID_NOT_FOUND, the engine goes on with
     the classic protocol and mirrors only what came after those commits."""
     source = start_broker("kip848", overrides=KIP_848)
-    topic = unique_topic("cgp-auto-classic")
-    load_topic(source, topic, 1500, partitions=3)
-    create_target(target_cluster, topic, 3)
-    group_id = group()
-    first = asyncio.run(run_until_caught_up(
-        source, target_cluster, [topic], settings=_settings(group_id, **{
-            "group.protocol": "classic"})))
+    topic, group_id, first, _ = _mirror_new_topic(
+        source, target_cluster, unique_topic("cgp-auto-classic"), 1500, 3,
+        settings_of=lambda g: _settings(g, **{"group.protocol": "classic"}))
     assert first.records == 1500
     load_topic(source, topic, 600, partitions=3, create_topic=False, seed=5)
     engines: list[MirrorEngine] = []

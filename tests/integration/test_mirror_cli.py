@@ -290,7 +290,8 @@ def test_the_default_protocol_on_a_kip_848_source_then_deep_is_refused_with_what
     config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
                             **_flow(topics=topic))
     first = run_until_caught_up("mirror", str(config), "--log-level", "INFO")
-    assert "consumer_group: group" in first.stderr and "assigned 3 partitions" in first.stderr
+    assert "joined with the consumer group protocol (KIP-848)" in first.stderr, first.stderr
+    assert "assigned 3 partitions" in first.stderr
     deep = run_cli("mirror", str(config), "--deep", "--exit-when-caught-up", timeout_s=90)
     assert deep.returncode == 1, deep.stderr[-3000:]
     assert "exists with the consumer protocol" in deep.stderr, deep.stderr[-3000:]
