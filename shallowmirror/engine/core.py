@@ -358,8 +358,10 @@ class EngineCore:
                 del result[tp]
         result = self._positions(result)
         for sp in owned:
-            if self.partitions.pop(sp.tp, None) is sp:
-                self.released[sp.tp] = (sp.records, sp.batches, sp.bytes)
+            if self.partitions.get(sp.tp) is not sp:
+                continue        # owned anew meanwhile: that ownership is not this revocation's
+            del self.partitions[sp.tp]
+            self.released[sp.tp] = (sp.records, sp.batches, sp.bytes)
             if self.resume is not None:
                 self.resume.release(sp.tp)
         if owned:
