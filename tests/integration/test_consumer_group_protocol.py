@@ -335,3 +335,24 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
     back_s = asyncio.run(scenario())
     assert back_s < 15
     _assert_exact_copy(source, target_cluster, topic)
+
+
+@pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+def test_exactly_once_through_the_consumer_protocol(start_broker, target_cluster, unique_topic):
+    """The default on a KIP-848 source with exactly-once on: partitions come from the consumer
+    protocol, offsets go to the target's group in the mirror's transactions, and a second run
+    resumes from those (only the new records), every record once in committed transactions."""
+    from shallowmirror.testing.topics import assert_same_records
+
+    eos = {"exactly.once": "true", "transaction.interval.ms": "200"}
+    source = start_broker("kip848", overrides=KIP_848)
+    topic, group_id, first, engine = _mirror_new_topic(
+        source, target_cluster, unique_topic("cgp-eos"), 1800, 3,
+        settings_of=lambda g: _auto(g, **eos))
+    assert engine.membership.protocol == "consumer" and first.records == 1800
+    load_topic(source, topic, 600, partitions=3, create_topic=False, seed=9)
+    second = asyncio.run(run_until_caught_up(source, target_cluster, [topic],
+                                             settings=_auto(group_id, **eos)))
+    assert second.records == 600
+    assert_same_records(read_topic(source, topic),
+                        read_topic(target_cluster, topic, isolation_level="read_committed"))
