@@ -146,6 +146,8 @@ class ConsumerGroupMembership:
         self.epoch = JOIN_EPOCH
         #: A heartbeat of this member was accepted once (it may have owned partitions since).
         self.joined = False
+        #: A static member that lost its partitions frees its instance id before rejoining.
+        self._release_instance = False
         self._interval_s = heartbeat_interval_ms / 1000
         self._topics: list[str] = []
         self._send_topics = True
@@ -265,6 +267,8 @@ class ConsumerGroupMembership:
             node = await self._coordinators.node(GROUP_KEY, self.group_id)
             conn = await self._cluster.connection(node)
             version = conn.api_version(CONSUMER_GROUP_HEARTBEAT_KEY, (0, 0))
+            if self._release_instance:
+                await self._release_static_member(conn, version)
             request, sent = self._request(version)
             resp = await conn.request(request)
         except UnsupportedVersionError as err:
@@ -377,13 +381,29 @@ class ConsumerGroupMembership:
         under the same member id, as KIP-848 asks of a fenced member. The coordinator then
         answers with this member's assignment at once (Kafka 3.7: all of it again, where a new
         member id got nothing until the old one's group.consumer.session.timeout.ms, 45 s by
-        default, had expired it)."""
+        default, had expired it). A static member first leaves with epoch -2: Kafka 3.7 refuses
+        any join for a group.instance.id its old member still holds (UNRELEASED_INSTANCE_ID),
+        and a join under the same member id after that leave (UNKNOWN_SERVER_ERROR), so it joins
+        under a new one and the coordinator hands the instance's partitions to it."""
         self.epoch = JOIN_EPOCH
+        self._release_instance = bool(self._instance_id and self.member_id)
         self._send_topics = self._send_owned = True
         self._target = []
         self._lost = True
         self._reconcile_soon()
         self._poke()                # join again now, not a heartbeat interval later
+
+    async def _release_static_member(self, conn: Any, version: int) -> None:
+        """Free this static member's group.instance.id for its rejoin (see ``_lose``): its old
+        member leaves with epoch -2, and the next join has no member id."""
+        resp = await conn.request(ConsumerGroupHeartbeatRequest(
+            version=version, group_id=self.group_id, member_id=self.member_id,
+            member_epoch=STATIC_LEAVE_EPOCH, instance_id=self._instance_id))
+        if resp.error_code not in (0, *_FENCED):      # fenced/unknown: nothing left to free
+            raise BrokerError(resp.error_code, Where(cluster=self.source_alias),
+                              f"releasing group.instance.id {self._instance_id!r}")
+        self._release_instance = False
+        self.member_id = ""
 
     async def _leave(self) -> None:
         node = await self._coordinators.node(GROUP_KEY, self.group_id)

@@ -295,22 +295,26 @@ def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
 
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
-        start_broker, target_cluster, unique_topic):
+        start_broker, target_cluster, unique_topic, static):
     """A member that heard nothing from the coordinator for session.timeout.ms drops its
     partitions without committing (simulated here: ``_lose``, what that check calls). It joins
     again under the same member id, so the coordinator hands the partitions straight back; under
     a new id they stayed with the old, silent member until the broker's
-    group.consumer.session.timeout.ms (45 s) expired it. Every record still arrives once."""
+    group.consumer.session.timeout.ms (45 s) expired it. A static member (group.instance.id)
+    first leaves with epoch -2: Kafka 3.7 refused its rejoin (UNRELEASED_INSTANCE_ID) and the
+    engine stopped. Every record still arrives once."""
     source = start_broker("kip848", overrides=KIP_848)
     topic = unique_topic("cgp-lost")
     load_topic(source, topic, 2000, partitions=4)
     create_target(target_cluster, topic, 4)
     group_id = group()
+    settings = _auto(group_id, **({"group.instance.id": f"{group_id}-1"} if static else {}))
 
     async def scenario() -> float:
         engine = MirrorEngine(source.client_config(), target_cluster.client_config(),
-                              topics=[topic], settings=_auto(group_id))
+                              topics=[topic], settings=settings)
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop))
         try:
@@ -323,7 +327,7 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
             lost_at = asyncio.get_running_loop().time()
             assert await _until(lambda: len(engine.partitions) == 4, 15), engine.partitions
             back_s = asyncio.get_running_loop().time() - lost_at
-            assert member.member_id == member_id and member.epoch > 0
+            assert member.epoch > 0 and (member.member_id != member_id) == static
             await asyncio.to_thread(load_topic, source, topic, 500, partitions=4,
                                     create_topic=False, seed=13)
             assert await engine.wait_caught_up(60)
