@@ -396,23 +396,26 @@ class ConsumerGroupMembership:
     async def _release_static_member(self, conn: Any, version: int) -> None:
         """Free this static member's group.instance.id for its rejoin (see ``_lose``): its old
         member leaves with epoch -2, and the next join has no member id."""
-        resp = await conn.request(ConsumerGroupHeartbeatRequest(
-            version=version, group_id=self.group_id, member_id=self.member_id,
-            member_epoch=STATIC_LEAVE_EPOCH, instance_id=self._instance_id))
+        resp = await conn.request(self._leave_request(version))
         if resp.error_code not in (0, *_FENCED):      # fenced/unknown: nothing left to free
             raise BrokerError(resp.error_code, Where(cluster=self.source_alias),
                               f"releasing group.instance.id {self._instance_id!r}")
         self._release_instance = False
         self.member_id = ""
 
+    def _leave_request(self, version: int) -> Any:
+        """This member's leave: epoch -2 for a static member (the coordinator keeps its
+        partitions for its instance id until the session times out), -1 otherwise."""
+        epoch = STATIC_LEAVE_EPOCH if self._instance_id else LEAVE_EPOCH
+        return ConsumerGroupHeartbeatRequest(
+            version=version, group_id=self.group_id, member_id=self.member_id,
+            member_epoch=epoch, instance_id=self._instance_id)
+
     async def _leave(self) -> None:
         node = await self._coordinators.node(GROUP_KEY, self.group_id)
         conn = await self._cluster.connection(node)
-        version = conn.api_version(CONSUMER_GROUP_HEARTBEAT_KEY, (0, 0))
-        epoch = STATIC_LEAVE_EPOCH if self._instance_id else LEAVE_EPOCH
-        await conn.request(ConsumerGroupHeartbeatRequest(
-            version=version, group_id=self.group_id, member_id=self.member_id,
-            member_epoch=epoch, instance_id=self._instance_id))
+        await conn.request(self._leave_request(
+            conn.api_version(CONSUMER_GROUP_HEARTBEAT_KEY, (0, 0))))
         log.info("group %s on cluster %s: left the group", self.group_id, self.source_alias)
 
     # ---- reconciliation ----
