@@ -107,7 +107,8 @@ class EngineCore:
         self.sinks: Sinks | TransactionalSinks = (
             TransactionalSinks(self.runtime, self, alias=target_alias, source_alias=source_alias,
                                group_id=self.group_id, flow=self.flow,
-                               target_of=self.target_partition_of) if self.exactly_once
+                               target_of=self.target_partition_of,
+                               source_topic_id=self._source_topic_id) if self.exactly_once
             else Sinks(self.runtime, self, alias=target_alias, source_alias=source_alias))
         self.identity = self.sinks.identity
         self.partitions: dict[TP, SourcePartition] = {}
@@ -367,6 +368,14 @@ class EngineCore:
         if owned:
             self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
+
+    def _source_topic_id(self, tp: TP) -> str | None:
+        """The id of the source topic ``tp``'s batches come from: the one the partition fetches
+        (it changes only once the old topic's batches are done), else the source cluster's."""
+        sp = self.partitions.get(tp)
+        if sp is not None and sp.topic_id is not None:
+            return sp.topic_id
+        return self.source.topic_id(tp[0]) if self.source is not None else None
 
     def target_partition_of(self, tp: TP) -> TP:
         """Where the router sends ``tp``'s batches, when known up front (exactly-once keeps the

@@ -260,9 +260,9 @@ class PartitionTransaction:
         log.info("%s: transactional.id %s is producer %d epoch %d", self.where,
                  self.transactional_id, self.producer_id, self.producer_epoch)
 
-    async def committed_offset(self) -> int | None:
-        """This partition's offset in group.id on the target (None: none yet). ``require_stable``
-        waits for a pending transactional commit to complete."""
+    async def committed_offset(self) -> tuple[int | None, str | None]:
+        """This partition's offset in group.id on the target (None: none yet) and its commit
+        metadata. ``require_stable`` waits for a pending transactional commit to complete."""
         topic, partition = self.offsets_tp
         resp = await self._call(
             GROUP_KEY, self.owner.group_id,
@@ -274,8 +274,10 @@ class PartitionTransaction:
         for t in resp.topics:
             for p in t.partitions:
                 if t.name == topic and p.partition_index == partition:
-                    return p.committed_offset if p.committed_offset >= 0 else None
-        return None
+                    if p.committed_offset < 0:
+                        return None, None
+                    return p.committed_offset, p.metadata
+        return None, None
 
     async def _add_partition(self, ttp: TTP) -> None:
         def make(v: int) -> Any:
@@ -300,7 +302,8 @@ class PartitionTransaction:
             transactional_id=txn, producer_id=pid, producer_epoch=epoch, group_id=group,
             version=v), "AddOffsetsToTxn", lambda r: r.error_code)
         topic, partition = self.offsets_tp
-        metadata = f"source {self.owner.source_alias} {self.tp[0]}-{self.tp[1]}"
+        metadata = commit_metadata(self.owner.source_alias, self.tp,
+                                   self.owner.source_topic_id(self.tp))
         await self._call(GROUP_KEY, group, lambda v: TxnOffsetCommitRequest(
             transactional_id=txn, group_id=group, producer_id=pid, producer_epoch=epoch,
             generation_id=-1, member_id="", group_instance_id=None, version=v,
@@ -529,6 +532,23 @@ def _caught_up(batch: FetchedBatch) -> bool:
     return 0 <= batch.high_watermark <= batch.next_offset
 
 
+def commit_metadata(source_alias: str, tp: TP, topic_id: str | None) -> str:
+    """The metadata of a transactional offset commit: whose offset it is, and of which topic
+    (its id, when the source cluster gives ids: a topic deleted and created again under the
+    same name keeps its name, not its id)."""
+    text = f"source {source_alias} {tp[0]}-{tp[1]}"
+    return text if topic_id is None else f"{text} topic-id {topic_id}"
+
+
+def committed_topic_id(metadata: str | None) -> str | None:
+    """The source topic id in ``commit_metadata``'s text (None: not there, e.g. a commit by a
+    version before ids were recorded)."""
+    words = (metadata or "").split()
+    if len(words) == 5 and words[0] == "source" and words[3] == "topic-id":
+        return words[4]
+    return None
+
+
 def _offset_fetch_error(resp: Any) -> int:
     if resp.error_code:
         return resp.error_code
@@ -555,8 +575,11 @@ class TransactionalSinks:
 
     def __init__(self, runtime: Runtime, events: TransactionEvents, *, alias: str,
                  source_alias: str, group_id: str, flow: str,
-                 target_of: Callable[[TP], TP] = lambda tp: tp) -> None:
+                 target_of: Callable[[TP], TP] = lambda tp: tp,
+                 source_topic_id: Callable[[TP], str | None] = lambda tp: None) -> None:
         self.runtime = runtime
+        #: source partition -> the id of the source topic its batches now come from.
+        self.source_topic_id = source_topic_id
         #: source partition -> the target partition its batches go to (the router's mapping).
         self.target_of = target_of
         self.events = events
@@ -631,10 +654,20 @@ class TransactionalSinks:
                 old.wake.set()
             part = PartitionTransaction(self, tp)
             await part.init_producer(bump=False)
-            offset = await part.committed_offset()
+            offset, metadata = await part.committed_offset()
             self.partitions[tp] = part
             self.runtime.supervisor.spawn(
                 part.run(), what=f"transactions of {part.transactional_id}", where=part.where)
+            was, now = committed_topic_id(metadata), self.source_topic_id(tp)
+            if offset is not None and was is not None and now is not None and was != now:
+                # The source topic was deleted and created again since that commit: its offset
+                # is the old topic's, and the new topic's records below it would be skipped.
+                log.warning("%s: the source topic was deleted and created again (topic id %s, "
+                            "was %s) since offset %d was committed to group %s on target %s; "
+                            "that offset is not used: the new topic starts at "
+                            "auto.offset.reset", part.where, now, was, offset, self.group_id,
+                            self.alias)
+                return None
             if offset is None and source_committed.get(tp) is not None:
                 log.info("%s: no offset in group %s on target %s yet; starting from the source "
                          "group's committed offset %d (taken once)", part.where, self.group_id,

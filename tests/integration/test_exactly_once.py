@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -117,6 +118,44 @@ def test_first_start_takes_the_source_groups_offsets_once(source_cluster, target
                                             settings=settings))
     assert again.records == 0
     assert_same_records(expected, read_topic(target_cluster, topic))
+
+
+@pytest.mark.needs_real_kafka(
+    "tansu 0.6 keeps no commit metadata (OffsetFetch answers it empty), where the offset "
+    "commit names the source topic's id")
+def test_a_source_topic_created_again_between_runs_is_mirrored_from_its_start(
+        source_cluster, target_cluster, unique_topic):
+    """Exactly-once resumes from the target group's offsets, which outlive a source topic that
+    is deleted and created again (the source cluster drops only its own group's offsets). The
+    new topic must be read from its start, not from the old topic's position: its records
+    below that position were skipped without a word."""
+    topic = unique_topic("eos-again")
+    first = load_topic(source_cluster, topic, 1000, partitions=2)
+    create_target(target_cluster, topic, partitions=2)
+    settings = {**EOS, "group.id": group()}
+    assert asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic],
+                                           settings=settings)).records == 1000
+    delete_source_topic(source_cluster, topic)
+    second = load_topic(source_cluster, topic, 3000, partitions=2, seed=7)
+    again = asyncio.run(run_until_caught_up(source_cluster, target_cluster, [topic],
+                                            settings=settings))
+    assert again.records == 3000, "the new topic's records below the old position were skipped"
+    target = read_topic(target_cluster, topic, isolation_level="read_committed")
+    old, new = first.records(), second.records()
+    for p in range(2):
+        assert [r.value for r in target[p]] == [r.value for r in old[p] + new[p]], p
+
+
+def delete_source_topic(cluster, topic: str) -> None:
+    """Delete ``topic`` and wait until the cluster no longer lists it."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(client_config(cluster))
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"topic {topic} still listed 30 s after deletion"
+        time.sleep(0.2)
 
 
 def commit_source_offsets(cluster, group_id: str, topic: str, offsets: dict[int, int]) -> None:

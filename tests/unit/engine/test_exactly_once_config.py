@@ -4,7 +4,7 @@ before anything runs)."""
 import pytest
 
 from shallowmirror.engine.config import exactly_once, resolve_settings
-from shallowmirror.engine.transactions import transactional_id
+from shallowmirror.engine.transactions import commit_metadata, committed_topic_id, transactional_id
 from shallowmirror.errors import ConfigError
 from shallowmirror.mirror.config import resolve_mm2
 
@@ -61,3 +61,14 @@ def test_a_flow_can_turn_it_off_again():
 def test_the_deep_path_refuses_exactly_once_instead_of_ignoring_it():
     with pytest.raises(ConfigError, match="A->B: exactly-once runs on the shallow path only"):
         resolve_mm2({**BASE, "A->B.exactly.once": "true"}, deep=True)
+
+
+def test_the_offset_commit_names_the_source_topic_id_and_older_commits_name_none():
+    tid = "4mZwBOKeTbKI8mHzmU8Ifw"
+    text = commit_metadata("A", ("orders", 3), tid)
+    assert text == f"source A orders-3 topic-id {tid}"
+    assert committed_topic_id(text) == tid
+    assert commit_metadata("A", ("orders", 3), None) == "source A orders-3"
+    # A commit by a version before ids were recorded, another tool's, or none at all.
+    for older in ("source A orders-3", "", None, "topic-id x", "source A orders-3 topic x"):
+        assert committed_topic_id(older) is None
