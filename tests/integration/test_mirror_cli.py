@@ -455,24 +455,31 @@ def test_a_remote_topic_deleted_while_mirroring_is_created_again_at_once(
     assert_same_records(after, read_topic(target_cluster, remote), topic=remote)
 
 
-@pytest.mark.parametrize("deep", [
-    pytest.param(False, id="shallow", marks=pytest.mark.needs_real_kafka(
-        "tansu answers a Fetch past the end of a re-created topic with an empty response, so "
-        "the shallow engine mirrors again what it fetched before its next metadata answer")),
-    pytest.param(True, id="deep", marks=pytest.mark.needs_real_kafka(
+_SHALLOW_AGAIN_ON_TANSU = (
+    "tansu answers a Fetch past the end of a re-created topic with an empty response, so the "
+    "shallow engine mirrors again what it fetched before its next metadata answer")
+
+
+@pytest.mark.parametrize("mode", [
+    pytest.param("shallow", marks=pytest.mark.needs_real_kafka(_SHALLOW_AGAIN_ON_TANSU)),
+    pytest.param("exactly-once", marks=pytest.mark.needs_real_kafka(_SHALLOW_AGAIN_ON_TANSU)),
+    pytest.param("deep", marks=pytest.mark.needs_real_kafka(
         "librdkafka 2.16's consumer crashes (SIGSEGV in rd_kafka_metadata_cache_find) on "
         "tansu's Metadata answer for a subscribed topic that was deleted"))])
 def test_a_source_topic_deleted_and_created_again_is_mirrored_from_its_start(
-        source_cluster, target_cluster, tmp_path, unique_topic, deep):
+        source_cluster, target_cluster, tmp_path, unique_topic, mode):
     """The source topic is deleted under a running mirror and created again with more records
     than the old one had: every record of the new topic lands after the old topic's, none
     skipped. The deep path used to fetch on at the old topic's position (librdkafka keeps no
-    topic ids), so the new topic's first 100 records were never mirrored."""
+    topic ids), so the new topic's first 100 records were never mirrored. Exactly-once commits
+    its offsets on the target, where the deletion drops nothing."""
+    deep = mode == "deep"
     topic = unique_topic("again")
     remote = f"A.{topic}"
     first = _load(source_cluster, topic, records=100, partitions=1)
+    eos = {"A->B.exactly.once": "true"} if mode == "exactly-once" else {}
     config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
-                            **_flow(topics=topic, **{"metadata.max.age.ms": "1000"}))
+                            **_flow(topics=topic, **{"metadata.max.age.ms": "1000"}, **eos))
     second = []
 
     def recreate() -> None:
