@@ -11,6 +11,7 @@ naming the cluster and address.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,3 +41,30 @@ def with_log_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if "logger" not in out:
         out.update(log_config())
     return out
+
+
+class ClientErrors:
+    """A librdkafka client's ``error_cb``: its client-level errors (a broker down or refusing
+    connections, all brokers down, authentication) as warnings naming the client. librdkafka
+    reports a lost broker on every reconnect attempt (about every 100 ms), so each kind of error
+    is a warning at most once per ``interval_s`` and a debug line otherwise. ``last_error``:
+    the latest text."""
+
+    def __init__(self, logger: logging.Logger, client: str, interval_s: float) -> None:
+        self._logger = logger
+        self.client = client
+        self._interval_s = interval_s
+        #: Error code -> ``time.monotonic()`` of its last warning.
+        self._warned_at: dict[Any, float] = {}
+        self.last_error: str | None = None
+
+    def __call__(self, err: Any) -> None:
+        text = err.str() if hasattr(err, "str") else str(err)
+        self.last_error = text
+        code = err.code() if hasattr(err, "code") else None
+        now = time.monotonic()
+        if now - self._warned_at.get(code, -self._interval_s) < self._interval_s:
+            self._logger.debug("%s: %s", self.client, text)
+            return
+        self._warned_at[code] = now
+        self._logger.warning("%s: %s", self.client, text)

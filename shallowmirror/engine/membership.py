@@ -37,7 +37,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from shallowmirror.engine.runtime import UNREACHABLE_LOG_INTERVAL_S
 from shallowmirror.errors import OperatorActionRequired
 from shallowmirror.net.config import librdkafka_connection
-from shallowmirror.rdkafka_logs import with_log_config
+from shallowmirror.rdkafka_logs import ClientErrors, with_log_config
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,11 @@ class Membership:
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
         conf: dict[str, Any] = librdkafka_connection(source_config, source_alias)
+        #: librdkafka's client-level errors (a lost source broker is reported on every
+        #: reconnect attempt): warned as the engine's own connections are, once a while.
+        self._errors = ClientErrors(
+            log, f"membership consumer (group {group_id}, cluster {source_alias})",
+            UNREACHABLE_LOG_INTERVAL_S)
         conf.update({
             "group.id": group_id,
             "enable.auto.commit": False,
@@ -170,7 +175,7 @@ class Membership:
             "queued.max.messages.kbytes": 1024,
             "fetch.message.max.bytes": 65536,
             "client.id": f"{conf.get('client.id', 'shallowmirror')}-membership",
-            "error_cb": self._error_cb,
+            "error_cb": self._errors,
         })
         if metadata_refresh_ms is not None:
             # How soon partitions added to a subscribed topic are seen and assigned (librdkafka's
@@ -187,9 +192,6 @@ class Membership:
         self._closing = False
         self._ended = False
         self.assigned: set[TP] = set()
-        self.last_error: str | None = None
-        #: Error code -> ``time.monotonic()`` of its last warning (``_error_cb``).
-        self._warned_at: dict[int | None, float] = {}
         #: ``time.monotonic()`` of the first subscription, the latest assignment and its
         #: committed offsets (the engine's start-up timeline reads them).
         self.subscribed_at: float | None = None
@@ -240,23 +242,10 @@ class Membership:
         return self._ended
 
     # ---- consumer thread ----
-    def _error_cb(self, err) -> None:
-        """librdkafka's client-level errors. A lost source broker is reported on every
-        reconnect attempt (every ~100 ms): each kind is a warning at most once per
-        ``UNREACHABLE_LOG_INTERVAL_S``, as the engine's own connections say it; the rest go to
-        debug."""
-        text = err.str() if isinstance(err, KafkaError) else str(err)
-        self.last_error = text
-        code = err.code() if isinstance(err, KafkaError) else None
-        now = time.monotonic()
-        if now - self._warned_at.get(code, -UNREACHABLE_LOG_INTERVAL_S) < \
-                UNREACHABLE_LOG_INTERVAL_S:
-            log.debug("membership consumer (group %s, cluster %s): %s", self.group_id,
-                      self.source_alias, text)
-            return
-        self._warned_at[code] = now
-        log.warning("membership consumer (group %s, cluster %s): %s", self.group_id,
-                    self.source_alias, text)
+    @property
+    def last_error(self) -> str | None:
+        """librdkafka's latest client-level error (None: none yet)."""
+        return self._errors.last_error
 
     def _run(self) -> None:
         """The thread. An error that ends it (the consumer cannot be created, a rebalance

@@ -43,6 +43,8 @@ from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import build_client
 from shallowmirror.mirror.stats import FlowStats, PartitionStats
 from shallowmirror.mirror.topic_ids import Recreated, TopicIdWatch
+from shallowmirror.net.cluster import RETRY_WARNING_INTERVAL_S
+from shallowmirror.rdkafka_logs import ClientErrors
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,13 @@ class DeepFlowRunner:
         self._reset_start = OFFSET_BEGINNING if self._reset_earliest else OFFSET_END
         self._reset_name = "earliest" if self._reset_earliest else "latest"
         self._failure: BaseException | None = None
+        #: librdkafka's client-level errors (a source or target broker down, refused, failing
+        #: authentication): warned once a while, as the shallow path's connections say them.
+        #: Without them a source that went away left the flow silent, its status saying lag 0.
+        self._consumer_errors = ClientErrors(
+            log, f"flow {flow}: deep consumer (cluster {source_alias})", RETRY_WARNING_INTERVAL_S)
+        self._producer_errors = ClientErrors(
+            log, f"flow {flow}: deep producer (cluster {target_alias})", RETRY_WARNING_INTERVAL_S)
         self._closing = False
         self._producers: dict[str, Producer] = {}
         self._topic_codec: dict[str, str] = {}
@@ -214,7 +223,8 @@ class DeepFlowRunner:
             self._topic_codec[topic] = codec
         producer = self._producers.get(codec)
         if producer is None:
-            conf = {**self._target_config, "compression.type": codec}
+            conf = {**self._target_config, "compression.type": codec,
+                    "error_cb": self._producer_errors}
             producer = build_client(Producer, conf, what=f"flow {self.flow} deep producer")
             self._producers[codec] = producer
         return producer
@@ -224,7 +234,8 @@ class DeepFlowRunner:
             from shallowmirror.engine.metrics import process_record
 
             self.metrics_sink.emit(process_record(self._run_id, None))
-        consumer = build_client(Consumer, self._source_config,
+        consumer = build_client(Consumer, {**self._source_config,
+                                           "error_cb": self._consumer_errors},
                                 what=f"flow {self.flow} deep consumer")
         self._closing = False
         self._assigned = set()  # a restarted loop is a new member: its assignment comes anew

@@ -404,6 +404,32 @@ def _mirror_around(config: Path, tmp_path: Path, target_cluster, remote: str, be
     return mirror.log()
 
 
+@pytest.mark.parametrize(("mode", "says"), [
+    ("shallow", "cluster A unreachable or connection lost"),
+    ("deep", "flow A->B: deep consumer (cluster A): "),
+])
+def test_a_source_cluster_lost_mid_run_is_reported(start_broker, target_cluster, tmp_path,
+                                                   unique_topic, mode, says):
+    """The source cluster goes away under a running mirror: the log says so, naming the
+    cluster. The deep path said nothing for as long as it was gone (librdkafka's client errors
+    went to its debug log), and its status line went on saying lag 0."""
+    source = start_broker("A")
+    topic = unique_topic("lost")
+    _load(source, topic, records=500, partitions=1)
+    config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
+                            **_flow(topics=topic))
+    log_path = tmp_path / "mirror.log"
+
+    def reported() -> bool:
+        lines = log_path.read_text().splitlines()
+        return any(" WARNING " in line and says in line for line in lines)
+
+    log = _mirror_around(config, tmp_path, target_cluster, f"A.{topic}", 500, source.stop,
+                         (reported, f"a warning saying {says!r}"),
+                         *(["--deep"] if mode == "deep" else []))
+    assert "Traceback" not in log, log[-3000:]
+
+
 @pytest.mark.parametrize(("max_age_ms", "learnt"), [
     pytest.param("1000", "not in the target's metadata",   # a metadata refresh sees it gone
                  id="from-metadata"),

@@ -29,8 +29,8 @@ def test_a_lost_broker_is_one_warning_per_kind_not_one_per_reconnect(caplog):
     refused = KafkaError(KafkaError._TRANSPORT, "127.0.0.1:1/bootstrap: Connect to "
                          "ipv4#127.0.0.1:1 failed: Connection refused")
     for _ in range(50):
-        membership._error_cb(refused)
-    membership._error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+        membership._errors(refused)
+    membership._errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
 
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
