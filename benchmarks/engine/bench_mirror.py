@@ -51,6 +51,7 @@ from pathlib import Path
 import psutil
 
 from shallowmirror import codec as codec_impl
+from shallowmirror.bench.machine import python_reference_us
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.testing import clusters as test_clusters
 from shallowmirror.testing import embedded
@@ -318,11 +319,14 @@ def main() -> int:
     clusters = external or ctx.__enter__()
     source, target = clusters[0].bootstrap, clusters[1].bootstrap
     broker_pids = [c.pid for c in clusters] if ctx is not None else []
+    # CPU per GB differs 2-3x between the hosts sessions run on, for the same code: this
+    # (machine.python_reference_us) says which host a figure comes from.
+    host_reference = python_reference_us()
     print(f"brokers {flavor}; codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; "
           f"buffer.memory "
           f"{args.buffer_memory}; partitions {args.partitions}; repeat {args.repeat}; "
           f"settings {args.set}; mirror settings {args.mirror_set}; "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"load average {os.getloadavg()[0]:.1f}; host reference {host_reference:.0f} us")
     variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
     print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
           f"{'m/min':>5} {'CPU s/GB':>8} {'brokers s/GB (src+tgt)':>22} {'RSS MB':>7}  (MB/s)")
@@ -348,7 +352,8 @@ def main() -> int:
                        "buffer_memory": args.buffer_memory, "settings": args.set,
                        "mirror_settings": args.mirror_set, "repeat": rep,
                        "codec_impl": codec_impl.IMPLEMENTATION,
-                       "load_average": os.getloadavg()[0]}
+                       "load_average": os.getloadavg()[0],
+                       "host_reference_us": host_reference}
                 if "fetch" in phases and name == "new":
                     fo = fetch_only(source, topic, broker_pids)
                     run["fetch_only"] = fo

@@ -282,6 +282,11 @@ def main() -> int:
     else:
         variants = [("new", os.environ.get("PYTHONPATH", ""))]
     counts = [int(n) for n in str(args.partitions).split(",") if n.strip()]
+    from shallowmirror.bench.machine import python_reference_us
+
+    # The same code measures 2-3x apart on the hosts sessions run on: this says which host.
+    print(f"host reference: {python_reference_us():.0f} us (shallowmirror.bench.machine."
+          "python_reference_us; compare us/batch across hosts as a multiple of it)", flush=True)
     results: dict[tuple[str, int], list[dict]] = {
         (name, n): [] for name, _ in variants for n in counts}
     for _ in range(args.repeat):
