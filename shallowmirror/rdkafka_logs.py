@@ -15,7 +15,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 LOGGER_NAME = "librdkafka"
+#: A connection attempt that failed (transport, name resolution).
+_CANNOT_CONNECT = frozenset({KafkaError._TRANSPORT, KafkaError._RESOLVE})
 _log = logging.getLogger(LOGGER_NAME)
 
 
@@ -57,14 +61,37 @@ class ClientErrors:
         #: Error code -> ``time.monotonic()`` of its last warning.
         self._warned_at: dict[Any, float] = {}
         self.last_error: str | None = None
+        #: Since when (``time.monotonic()``) every broker has been down, and the latest error
+        #: that said so or came while it lasted (``down_for_s``).
+        self._down_since: float | None = None
+        self._down_seen: float = 0.0
 
     def __call__(self, err: Any) -> None:
         text = err.str() if hasattr(err, "str") else str(err)
         self.last_error = text
         code = err.code() if hasattr(err, "code") else None
         now = time.monotonic()
+        if code == KafkaError._ALL_BROKERS_DOWN:
+            if self._down_since is None:
+                self._down_since = now
+            self._down_seen = now
+        elif self._down_since is not None and code in _CANNOT_CONNECT:
+            self._down_seen = now
         if now - self._warned_at.get(code, -self._interval_s) < self._interval_s:
             self._logger.debug("%s: %s", self.client, text)
             return
         self._warned_at[code] = now
         self._logger.warning("%s: %s", self.client, text)
+
+    def down_for_s(self, quiet_s: float = 15.0) -> float | None:
+        """Seconds every broker of the client's cluster has been down, or None when it is not
+        known to be. librdkafka says when all brokers go down, but not when one comes back:
+        while they are down every reconnect attempt fails with an error (at least every
+        ``reconnect.backoff.max.ms``, 10 s by default), so ``quiet_s`` without one ends it."""
+        if self._down_since is None:
+            return None
+        now = time.monotonic()
+        if now - self._down_seen > quiet_s:
+            self._down_since = None
+            return None
+        return now - self._down_since

@@ -570,13 +570,29 @@ class DeepFlowRunner:
     # -- observing -------------------------------------------------------------------------------
 
     def stats(self) -> FlowStats:
+        source_down = self._consumer_errors.down_for_s() is not None
         with self._lock:
             # A partition given up at shutdown keeps its position: its lag still counts.
             parts = {k: PartitionStats(**vars(v)) for k, v in self._stats.items()
                      if k in self._assigned or v.records or v.position >= 0}
             for key in self._assigned:
                 parts.setdefault(key, PartitionStats(*key))
+        if source_down:
+            # The high watermarks are the last ones seen before the source went away: the lag
+            # is not known (it said 0 for as long as the source was gone).
+            for part in parts.values():
+                part.high_watermark = -1
         return FlowStats(self.flow, "deep", parts)
+
+    def unreachable(self) -> str | None:
+        """For the status line: the cluster whose brokers are all down, and for how long
+        (None: neither is known to be)."""
+        for alias, errors in ((self.source_alias, self._consumer_errors),
+                              (self.target_alias, self._producer_errors)):
+            down_s = errors.down_for_s()
+            if down_s is not None:
+                return f"cluster {alias} unreachable for {down_s:.0f} s"
+        return None
 
     def caught_up(self) -> bool:
         """Every assigned partition mirrored up to its high watermark (at least one assigned)."""

@@ -397,8 +397,18 @@ class FlowRunner:
         return owned
 
     def waiting_for(self) -> str | None:
-        """What a running flow waits for before it can mirror (for the status line), or None."""
-        if self.state != "running" or not self.ready_topics or self.mirroring_since is not None:
+        """What a running flow waits for before it can mirror, or for a cluster to come back
+        (for the status line), or None."""
+        if self.state != "running":
+            return None
+        for runner in self.runners:
+            # The deep path's librdkafka clients say when all brokers are down; the engine's
+            # own connections log it, and its partitions go when the group session does.
+            unreachable = getattr(runner, "unreachable", None)
+            text = unreachable() if unreachable is not None else None
+            if text:
+                return text
+        if not self.ready_topics or self.mirroring_since is not None:
             return None
         assignment = self.flow.engine_settings.get("partition.assignment", "group")
         if self.flow.shallow and assignment == "all":

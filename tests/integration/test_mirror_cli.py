@@ -430,6 +430,41 @@ def test_a_source_cluster_lost_mid_run_is_reported(start_broker, target_cluster,
     assert "Traceback" not in log, log[-3000:]
 
 
+@pytest.mark.needs_real_kafka("a tansu broker restarted on its port is a new, empty cluster")
+def test_the_deep_status_says_the_source_is_unreachable_until_it_is_back(
+        start_broker, target_cluster, tmp_path, unique_topic):
+    """While the source's brokers are all down the deep path's status line names the cluster
+    and its lag is unknown (it said lag 0, the last high watermarks seen); once the broker is
+    back the lag is known again and the note is gone."""
+    source = start_broker("A")
+    topic = unique_topic("back")
+    _load(source, topic, records=500, partitions=1)
+    config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
+                            **_flow(topics=topic))
+    log_path = tmp_path / "mirror.log"
+
+    def statuses() -> list[str]:
+        return [line for line in log_path.read_text().splitlines() if " status A->B " in line]
+
+    seen: list[int] = []
+
+    def down_then_back() -> None:
+        source.kill()
+        wait_for(lambda: any("[cluster A unreachable for" in line and "lag unknown" in line
+                             for line in statuses()), 60, "a status line naming cluster A")
+        seen.append(len(statuses()))
+        source.restart()     # same port, same data
+
+    def back() -> bool:
+        later = statuses()[seen[0]:] if seen else []
+        return any("lag 0 records" in line and "unreachable" not in line for line in later)
+
+    log = _mirror_around(config, tmp_path, target_cluster, f"A.{topic}", 500, down_then_back,
+                         (back, "a status line with the lag known again"), "--deep",
+                         "--status-interval", "1", timeout_s=120)
+    assert "Traceback" not in log, log[-3000:]
+
+
 @pytest.mark.parametrize(("max_age_ms", "learnt"), [
     pytest.param("1000", "not in the target's metadata",   # a metadata refresh sees it gone
                  id="from-metadata"),

@@ -3,6 +3,7 @@ each kind a warning at most once per interval, naming the client; the rest at de
 rate limit within an interval: ``tests/unit/engine/test_membership_errors.py``."""
 
 import logging
+import time
 
 from confluent_kafka import KafkaError
 
@@ -16,3 +17,17 @@ def test_a_kind_is_warned_again_once_its_interval_has_passed(caplog):
         errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
         errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
     assert [r.getMessage() for r in caplog.records] == ["producer: down", "producer: down"]
+
+
+def test_all_brokers_down_lasts_while_reconnects_fail_and_ends_when_they_stop():
+    errors = ClientErrors(logging.getLogger("test.client_errors"), "consumer", interval_s=60)
+    refused = KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:1 failed")
+    errors(refused)                      # one failed connection is not the cluster down
+    assert errors.down_for_s() is None
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    time.sleep(0.05)
+    errors(refused)                      # still failing: still down, counted from the start
+    assert errors.down_for_s(quiet_s=10) >= 0.05
+    time.sleep(0.2)                      # no failure for longer than quiet_s: back
+    assert errors.down_for_s(quiet_s=0.1) is None
+    assert errors.down_for_s(quiet_s=10) is None
