@@ -531,9 +531,25 @@ class EngineCore:
         return positions
 
     # ------------------------------------------------------------------ queries
+    def unreachable(self) -> str | None:
+        """For the status line: the cluster out of reach, and for how long (None: neither is
+        known to be)."""
+        for alias, cluster in ((self.source_alias, self.source),
+                               (self.target_alias, self.target)):
+            down_s = cluster.unreachable_for_s() if cluster is not None else None
+            if down_s is not None:
+                return f"cluster {alias} unreachable for {down_s:.0f} s"
+        return None
+
     def stats(self) -> EngineStats:
+        partitions = {tp: sp.stats() for tp, sp in sorted(self.partitions.items())}
+        if self.source is not None and self.source.unreachable_for_s() is not None:
+            # The high watermarks are the last ones fetched before the source went away: the
+            # lag is not known (with partition.assignment=all it said 0 meanwhile).
+            for part in partitions.values():
+                part.high_watermark, part.lag = -1, None
         return EngineStats(
-            partitions={tp: sp.stats() for tp, sp in sorted(self.partitions.items())},
+            partitions=partitions,
             budget_bytes_in_use=self.budget.in_use_bytes,
             budget_peak_bytes=self.budget.peak_bytes, producer_id=self.identity.producer_id,
             producer_epoch=self.identity.producer_epoch,

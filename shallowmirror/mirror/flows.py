@@ -402,8 +402,7 @@ class FlowRunner:
         if self.state != "running":
             return None
         for runner in self.runners:
-            # The deep path's librdkafka clients say when all brokers are down; the engine's
-            # own connections log it, and its partitions go when the group session does.
+            # The engine's clusters and the deep path's librdkafka clients say it.
             unreachable = getattr(runner, "unreachable", None)
             text = unreachable() if unreachable is not None else None
             if text:

@@ -129,6 +129,9 @@ class Cluster:
         self._refreshed_at = 0.0
         self._refresher: asyncio.Task | None = None
         self._closed = False
+        #: ``time.monotonic()`` of the first failed round of connection attempts since the last
+        #: successful one (None: none failed since; see ``unreachable_for_s``).
+        self._failing_since: float | None = None
         #: The last id seen of every topic (kept while a topic is missing from an answer, so a
         #: deleted topic that comes back is recognised as a new one).
         self._topic_ids: dict[str, str] = {}
@@ -456,8 +459,11 @@ class Cluster:
                 if attempts > 1:
                     log.info("cluster %s: reached %s after %d attempts", self.alias,
                              conn.address, attempts)
+                self._failing_since = None
                 return conn
             now = time.monotonic()
+            if self._failing_since is None:
+                self._failing_since = now
             reasons = "; ".join(f"{address} ({reason})" for address, reason in tried.items())
             if now >= deadline:
                 raise ConnectionFailedError(
@@ -477,6 +483,15 @@ class Cluster:
                           delay_s)
             await asyncio.sleep(delay_s)
             backoff_ms = min(backoff_ms * 2, float(settings.reconnect_backoff_max_ms))
+
+    def unreachable_for_s(self) -> float | None:
+        """Seconds the cluster has been out of reach: connection attempts failing since then,
+        none succeeding, and no connection open (one broker down of several is not this).
+        None when it is not known to be (for the status line)."""
+        since = self._failing_since
+        if since is None or any(True for _ in self.live_connections()):
+            return None
+        return time.monotonic() - since
 
     def live_connections(self) -> Iterable[BrokerConnection]:
         """Connections currently open (for metrics and shutdown)."""

@@ -431,16 +431,19 @@ def test_a_source_cluster_lost_mid_run_is_reported(start_broker, target_cluster,
 
 
 @pytest.mark.needs_real_kafka("a tansu broker restarted on its port is a new, empty cluster")
-def test_the_deep_status_says_the_source_is_unreachable_until_it_is_back(
-        start_broker, target_cluster, tmp_path, unique_topic):
-    """While the source's brokers are all down the deep path's status line names the cluster
-    and its lag is unknown (it said lag 0, the last high watermarks seen); once the broker is
-    back the lag is known again and the note is gone."""
+@pytest.mark.parametrize("mode", ["deep", "shallow-all"])
+def test_the_status_says_the_source_is_unreachable_until_it_is_back(
+        start_broker, target_cluster, tmp_path, unique_topic, mode):
+    """While the source's brokers are all down the status line names the cluster and the lag
+    is unknown (it said lag 0, from the last high watermarks seen: the deep path always, the
+    shallow one with partition.assignment=all, where no group session expires); once the
+    broker is back the lag is known again and the note is gone."""
     source = start_broker("A")
     topic = unique_topic("back")
     _load(source, topic, records=500, partitions=1)
+    keys = {"partition.assignment": "all"} if mode == "shallow-all" else {}
     config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
-                            **_flow(topics=topic))
+                            **_flow(topics=topic, **keys))
     log_path = tmp_path / "mirror.log"
 
     def statuses() -> list[str]:
@@ -460,8 +463,9 @@ def test_the_deep_status_says_the_source_is_unreachable_until_it_is_back(
         return any("lag 0 records" in line and "unreachable" not in line for line in later)
 
     log = _mirror_around(config, tmp_path, target_cluster, f"A.{topic}", 500, down_then_back,
-                         (back, "a status line with the lag known again"), "--deep",
-                         "--status-interval", "1", timeout_s=120)
+                         (back, "a status line with the lag known again"),
+                         *(["--deep"] if mode == "deep" else []), "--status-interval", "1",
+                         timeout_s=120)
     assert "Traceback" not in log, log[-3000:]
 
 
