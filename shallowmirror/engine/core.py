@@ -531,14 +531,14 @@ class EngineCore:
         return positions
 
     # ------------------------------------------------------------------ queries
-    def unreachable(self) -> str | None:
-        """For the status line: the cluster out of reach, and for how long (None: neither is
-        known to be)."""
+    def unreachable(self) -> tuple[str, float] | None:
+        """For the status line: the alias of the cluster out of reach and for how many seconds
+        (None: neither cluster is known to be)."""
         for alias, cluster in ((self.source_alias, self.source),
                                (self.target_alias, self.target)):
             down_s = cluster.unreachable_for_s() if cluster is not None else None
             if down_s is not None:
-                return f"cluster {alias} unreachable for {down_s:.0f} s"
+                return alias, down_s
         return None
 
     def stats(self) -> EngineStats:

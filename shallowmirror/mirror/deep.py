@@ -584,14 +584,14 @@ class DeepFlowRunner:
                 part.high_watermark = -1
         return FlowStats(self.flow, "deep", parts)
 
-    def unreachable(self) -> str | None:
-        """For the status line: the cluster whose brokers are all down, and for how long
-        (None: neither is known to be)."""
+    def unreachable(self) -> tuple[str, float] | None:
+        """For the status line: the alias of the cluster whose brokers are all down and for how
+        many seconds (None: neither cluster is known to be)."""
         for alias, errors in ((self.source_alias, self._consumer_errors),
                               (self.target_alias, self._producer_errors)):
             down_s = errors.down_for_s()
             if down_s is not None:
-                return f"cluster {alias} unreachable for {down_s:.0f} s"
+                return alias, down_s
         return None
 
     def caught_up(self) -> bool:

@@ -403,10 +403,10 @@ class FlowRunner:
             return None
         for runner in self.runners:
             # The engine's clusters and the deep path's librdkafka clients say it.
-            unreachable = getattr(runner, "unreachable", None)
-            text = unreachable() if unreachable is not None else None
-            if text:
-                return text
+            unreachable = getattr(runner, "unreachable", None)   # scripted test runners lack it
+            down = unreachable() if unreachable is not None else None
+            if down is not None:
+                return f"cluster {down[0]} unreachable for {down[1]:.0f} s"
         if not self.ready_topics or self.mirroring_since is not None:
             return None
         assignment = self.flow.engine_settings.get("partition.assignment", "group")
