@@ -146,11 +146,18 @@ class KafkaCluster:
         return {"bootstrap.servers": self.bootstrap}
 
     def log_tail(self, lines: int = 30) -> str:
+        """The log's last ``lines``, after its first ERROR/FATAL lines when the tail leaves
+        them out: a broker that fails to start logs why once, then ~30 lines of shutdown."""
         for path in (self.log_path, self.work_dir / "logs" / "console.log"):
             with contextlib.suppress(OSError):
                 text = path.read_text(errors="replace").splitlines()
                 if text:
-                    return "\n".join(text[-lines:])
+                    tail = text[-lines:]
+                    errors = [line for line in text[:-lines]
+                              if " ERROR " in line or " FATAL " in line][:5]
+                    if errors:
+                        return "\n".join([*errors, "...", *tail])
+                    return "\n".join(tail)
         return ""
 
     def kill(self, timeout_s: float = 30.0) -> None:
