@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard native/*.pyx native/*.pxd)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -c "import shallowmirror.codec as c; assert c.IMPLEMENTATION == 'native', c.IMPLEMENTATION; print('shallowmirror installed; codec:', c.IMPLEMENTATION)"
+	$(PY) -c "import shallowmirror.codec as c, shallowmirror.engine.hotpath as h; assert c.IMPLEMENTATION == h.IMPLEMENTATION == 'native', (c.IMPLEMENTATION, h.IMPLEMENTATION); print('shallowmirror installed; codec and engine loops:', c.IMPLEMENTATION)"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -57,4 +57,4 @@ fuzz: $(STAMP)
 	  END {print "fuzz: " n " cases passed, " f " failed, in every module"}'
 
 clean:
-	rm -rf $(VENV) build *.egg-info shallowmirror/codec/*.so shallowmirror/codec/*.c native/*.c
+	rm -rf $(VENV) build *.egg-info shallowmirror/codec/*.so shallowmirror/codec/*.c shallowmirror/engine/*.so native/*.c

@@ -1,6 +1,7 @@
 """Builds the Cython codec from native/ into shallowmirror.codec.
 
-Every ``native/<name>.pyx`` becomes the extension ``shallowmirror.codec.<name>``. The build is
+Every ``native/<name>.pyx`` becomes the extension ``shallowmirror.codec.<name>``, except the
+engine's loops (``PACKAGE_OF``). The build is
 mandatory when ``SHALLOWMIRROR_REQUIRE_NATIVE=1`` (CI, production images); otherwise a failed
 compile leaves the pure-Python twin in charge and says so.
 """
@@ -14,6 +15,8 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 REQUIRE_NATIVE = os.environ.get("SHALLOWMIRROR_REQUIRE_NATIVE") == "1"
+#: Native modules that are not the codec's: the package each one is built into.
+PACKAGE_OF = {"_cloops": "shallowmirror.engine"}
 
 
 def native_extensions():
@@ -23,7 +26,7 @@ def native_extensions():
     sources = sorted((HERE / "native").glob("*.pyx"))
     extensions = [
         Extension(
-            f"shallowmirror.codec.{src.stem}",
+            f"{PACKAGE_OF.get(src.stem, 'shallowmirror.codec')}.{src.stem}",
             [str(src.relative_to(HERE))],
             extra_compile_args=["-O3"],
         )

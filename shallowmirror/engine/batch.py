@@ -207,6 +207,10 @@ class EngineStats:
 class SourcePartition:
     """The engine's state of one owned source partition."""
 
+    __slots__ = ("topic", "partition", "offsets", "high_watermark", "leader", "paused", "error",
+                 "skip_to_high_watermark", "topic_id", "taken_over", "last_committed_sent",
+                 "records", "batches", "bytes", "errors")
+
     def __init__(self, topic: str, partition: int, position: int, offset_map: OffsetMap) -> None:
         self.topic = topic
         self.partition = partition

@@ -35,6 +35,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from shallowmirror.engine import hotpath
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.consumer_group import ConsumerGroupMembership
@@ -400,28 +401,16 @@ class EngineCore:
                 for batch, target_base in acked:
                     ack_one(batch, target_base, hooked, recording)
                 return
-            partitions = self.partitions
-            for batch, target_base in acked:
-                # The usual batch (what _ack_one does for it, without its calls: this runs once
-                # per forwarded batch): a plain batch of an owned partition, acknowledged with
-                # an offset, nobody awaiting it.
-                sp = partitions.get((batch.topic, batch.partition))
-                if (target_base is None or sp is None or batch.abandoned or batch.acked
-                        or batch.start < 0 or batch.done or batch._future is not None
-                        or batch._callbacks is not None):
+            # The usual batches (what _ack_one does for them, without its calls: this runs
+            # once per forwarded batch) in one call (hotpath); from the first other one on,
+            # one at a time, each then the usual ones after it again.
+            done = 0
+            while done < len(acked):
+                done += hotpath.ack_batches(self.partitions, acked[done:] if done else acked)
+                if done < len(acked):
+                    batch, target_base = acked[done]
                     ack_one(batch, target_base, False, False)
-                    continue
-                sp.offsets.ack(batch, target_base)
-                sp.records += batch.record_count
-                sp.batches += 1
-                sp.bytes += batch.size
-                batch.done = True
-                lease = batch.lease
-                if lease is not None:
-                    lease.drop()
-                    batch.lease = None
-                batch.view = None
-                batch.rest = None
+                    done += 1
         finally:
             self.runtime.progress.notify()
 

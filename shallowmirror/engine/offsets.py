@@ -81,6 +81,8 @@ class OffsetMap:
     ``max_rows`` bounds memory: the oldest rows are dropped first (``first_source_offset`` then
     says from where translation is available)."""
 
+    __slots__ = ("max_rows", "_bases", "_counts", "_targets", "_next_source", "_next_target")
+
     def __init__(self, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         assert max_rows >= 1, "an offset map keeps at least its last row"
         self.max_rows = max_rows
@@ -213,6 +215,8 @@ class Entry:
 
 class PartitionOffsets:
     """The committed position and the offset map of one source partition."""
+
+    __slots__ = ("_entries", "_committed", "_end", "offset_map")
 
     def __init__(self, position: int, *, offset_map: OffsetMap | None = None) -> None:
         self._entries: deque[Entry] = deque()

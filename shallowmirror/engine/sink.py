@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import operator
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -55,9 +54,10 @@ from kafka.protocol.producer import InitProducerIdRequest
 
 from shallowmirror import codec
 from shallowmirror.codec.messages import PRODUCE_API_KEY
+from shallowmirror.engine import hotpath
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.config import acks_value
-from shallowmirror.engine.packing import Plan, Rotation, plan_request
+from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.producer_identity import ProducerIdentity
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.supervisor import is_transient, partitions_text, where_of
@@ -157,8 +157,6 @@ class Sink:
         #: Fast-path requests in flight: token -> (picks, Produce version).
         self.waiting: dict[int, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
         self._tokens = 0
-        #: The connection the request being planned will go on (None: a task will wait for one).
-        self._plan_conn: BrokerConnection | None = None
         #: The Produce version negotiated with the connection ``_versioned``.
         self._versioned: BrokerConnection | None = None
         self._version = 0
@@ -213,31 +211,6 @@ class Sink:
         return sum(len(tq.queue) + tq.in_flight + len(tq.failed)
                    for tq in self.partitions.values())
 
-    def _can_send(self, ttp: TTP) -> bool:
-        """Whether ``ttp``'s head batch may go into the next request. Heads abandoned meanwhile
-        (partition revoked or stopped) are dropped here first: the planner visits every queue
-        anyway, so this costs no loop of its own."""
-        tq = self.partitions[ttp]
-        queue = tq.queue
-        while queue and queue[0].abandoned:
-            queue.popleft().release()
-        if not queue or tq.failed or tq.in_flight >= self.per_partition:
-            return False
-        if tq.in_flight and (tq.conn is None or tq.conn is not self._plan_conn):
-            return False        # the ones in flight ride another connection (or none yet)
-        identity = self.owner.identity
-        if identity.idempotent and tq.in_flight and (
-                tq.acked_producer_id != identity.producer_id
-                or tq.acked_producer_epoch != identity.producer_epoch):
-            # Kafka accepts *any* first sequence from a producer it holds no state for (KIP-360,
-            # ProducerAppendInfo.checkSequence): if the first batch failed (NOT_LEADER right
-            # after a topic is created) the second could land before it. So one batch at a time
-            # until the broker has acknowledged one; then it refuses every gap itself.
-            return False
-        if tq.blocked_until and asyncio.get_running_loop().time() < tq.blocked_until:
-            return False
-        return not self.owner.identity_resetting
-
     # ---- the loop ----
     async def run(self) -> None:
         """The produce loop (supervised by the engine: an error escaping it is not swallowed):
@@ -260,27 +233,18 @@ class Sink:
         while not self.owner.stopped:
             if self.requests_in_flight >= self.max_requests or self.connecting:
                 return None
-            conn = self._plan_conn = self.owner.live_connection(self.node_id, self.lane)
-            plan: Plan = plan_request(
-                self.queues, self.rotation.next_order(), size_of=_size_of, topic_of=_topic_of,
-                can_send=self._can_send, max_request_bytes=self.max_request_bytes)
-            for ttp, batch in plan.too_large:
+            conn = self.owner.live_connection(self.node_id, self.lane)
+            # The picks leave their queues, in flight on ``conn`` (hotpath: one call a request).
+            picks, too_large = hotpath.plan_picks(self, conn)
+            for ttp, batch in too_large:
                 self.partitions[ttp].queue.popleft()
                 self.owner.batch_too_large(batch, self.max_request_bytes)
-            if not plan.picks:
+            if not picks:
                 blocked = [tq.blocked_until for tq in self.partitions.values()
                            if tq.blocked_until and tq.queue]
                 if not blocked:
                     return None
                 return max(0.0, min(blocked) - asyncio.get_running_loop().time())
-            picks = plan.picks
-            partitions = self.partitions
-            for ttp, batch in picks:
-                tq = partitions[ttp]
-                tq.queue.popleft()
-                tq.in_flight += 1
-                tq.conn = conn
-                batch.attempts += 1
             self.owner.stamp_all(picks)
             self.requests_in_flight += 1
             if conn is not None:
@@ -311,24 +275,18 @@ class Sink:
             self._versioned = conn
             conn.coalesce_answers(self.answers_per_wakeup)
         version = self._version
-        topics: dict[str, list] = {}
-        for (topic, partition), batch in picks:
-            parts = topics.get(topic)
-            if parts is None:
-                topics[topic] = [(partition, ((batch.header, batch.rest),))]
-            else:
-                parts.append((partition, ((batch.header, batch.rest),)))
+        topics = hotpath.request_topics(picks)
         cid = conn.next_correlation_id()
         buffers = codec.encode_produce_request(
             version=version, correlation_id=cid, client_id=conn.client_id,
             transactional_id=self.owner.identity.transactional_id, acks=self.owner.acks,
-            timeout_ms=self.timeout_ms, topics=list(topics.items()),
+            timeout_ms=self.timeout_ms, topics=topics,
             allow_multiple_batches=self.allow_multiple)
         self.requests_sent += 1
         answer_bytes = 0
         if self.answers_per_wakeup > 1:
             answer_bytes = produce_response_min_bytes(
-                version, [(topic, len(parts)) for topic, parts in topics.items()])
+                version, [(topic, len(parts)) for topic, parts in topics])
         return version, cid, buffers, answer_bytes
 
     # ---- fast path: an open connection, the response applied by the connection's callback ----
@@ -449,13 +407,12 @@ class Sink:
             raise
         finally:
             self._request_ended(wake)
-        by_tp = {}
-        for topic, parts in response.topics:
-            for part in parts:
-                by_tp[(topic, part.partition)] = part
         acked: list[tuple[FetchedBatch, int | None]] = []
         try:
-            self._answered(picks, by_tp, acked)
+            # The usual outcome in one call (hotpath), the rest here.
+            by_tp, rest = hotpath.settle_picks(self, picks, response, acked)
+            if rest:
+                self._answered(rest, by_tp, acked)
         finally:
             # One call per response (at most one batch per partition, so per partition still in
             # source order), after the queues were updated.
@@ -977,8 +934,6 @@ class Sinks:
             new.enqueue(batch)
 
 
-_size_of = operator.attrgetter("size")
-_topic_of = operator.itemgetter(0)
 
 
 def _order(batch: FetchedBatch) -> int:

@@ -1,0 +1,143 @@
+"""The engine's per-request and per-answer loops, pure Python (the twin of ``native/_cloops.pyx``).
+
+Three loops run for every forwarded batch, once per Produce request or answer: planning a
+request (``plan_picks``), applying an answer's usual outcome (``settle_picks``) and acknowledging
+the batches it wrote (``ack_batches``). They are here, apart from the sink and the engine that
+call them, so that a native build can run the same loops without one interpreted step per batch
+(``shallowmirror.engine.hotpath`` chooses, as ``shallowmirror.codec`` does for the codec). Each
+handles the usual case only and hands everything else back to the caller's Python, which keeps
+every decision about errors, retries and hooks; the differential tests hold both builds to the
+same results on the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Any
+
+from shallowmirror.engine.packing import plan_request
+
+TTP = tuple[str, int]
+#: Kafka's DUPLICATE_SEQUENCE_NUMBER: the batch is already written (an acknowledgement).
+DUPLICATE_SEQUENCE_NUMBER = 46
+
+_size_of = operator.attrgetter("size")
+_topic_of = operator.itemgetter(0)
+
+
+def can_send(sink: Any, conn: Any, ttp: TTP) -> bool:
+    """Whether ``ttp``'s head batch may go into the next request on ``conn``. Heads abandoned
+    meanwhile (partition revoked or stopped) are dropped here first: the planner visits every
+    queue anyway, so this costs no loop of its own."""
+    tq = sink.partitions[ttp]
+    queue = tq.queue
+    while queue and queue[0].abandoned:
+        queue.popleft().release()
+    if not queue or tq.failed or tq.in_flight >= sink.per_partition:
+        return False
+    if tq.in_flight and (tq.conn is None or tq.conn is not conn):
+        return False        # the ones in flight ride another connection (or none yet)
+    identity = sink.owner.identity
+    if identity.idempotent and tq.in_flight and (
+            tq.acked_producer_id != identity.producer_id
+            or tq.acked_producer_epoch != identity.producer_epoch):
+        # Kafka accepts *any* first sequence from a producer it holds no state for (KIP-360,
+        # ProducerAppendInfo.checkSequence): if the first batch failed (NOT_LEADER right
+        # after a topic is created) the second could land before it. So one batch at a time
+        # until the broker has acknowledged one; then it refuses every gap itself.
+        return False
+    if tq.blocked_until and asyncio.get_running_loop().time() < tq.blocked_until:
+        return False
+    return not sink.owner.identity_resetting
+
+
+def plan_picks(sink: Any, conn: Any) -> tuple[list[tuple[TTP, Any]], list[tuple[TTP, Any]]]:
+    """Plan ``sink``'s next request to go on ``conn`` (None: not connected yet): the head batch
+    of every partition that may send, in rotation, while ``max.request.size`` holds. The picks
+    leave their queues and count as in flight on ``conn`` (one more attempt each). Returns the
+    picks and the head batches too large for any request (still queued)."""
+    plan = plan_request(sink.queues, sink.rotation.next_order(), size_of=_size_of,
+                        topic_of=_topic_of, can_send=lambda ttp: can_send(sink, conn, ttp),
+                        max_request_bytes=sink.max_request_bytes)
+    partitions = sink.partitions
+    for ttp, batch in plan.picks:
+        tq = partitions[ttp]
+        tq.queue.popleft()
+        tq.in_flight += 1
+        tq.conn = conn
+        batch.attempts += 1
+    return plan.picks, plan.too_large
+
+
+def request_topics(picks: list[tuple[TTP, Any]]) -> list[tuple[str, list]]:
+    """The stamped picks grouped by topic, as ``codec.encode_produce_request`` takes them."""
+    topics: dict[str, list] = {}
+    for (topic, partition), batch in picks:
+        parts = topics.get(topic)
+        if parts is None:
+            topics[topic] = [(partition, ((batch.header, batch.rest),))]
+        else:
+            parts.append((partition, ((batch.header, batch.rest),)))
+    return list(topics.items())
+
+
+def settle_picks(sink: Any, picks: list[tuple[TTP, Any]], response: Any,
+                 acked: list[tuple[Any, int | None]]) -> tuple[dict, list[tuple[TTP, Any]]]:
+    """Apply a decoded Produce ``response``'s usual outcome to ``picks``: each batch written
+    (or already written: DUPLICATE_SEQUENCE_NUMBER) to a partition with no failure to settle
+    leaves the in-flight count and goes to ``acked`` with its target offset (None when the
+    broker did not say). Returns the response's partitions by target partition and the picks
+    left to the caller (an error, no answer, a partition recovering), in pick order."""
+    by_tp = {}
+    for topic, parts in response.topics:
+        for part in parts:
+            by_tp[(topic, part.partition)] = part
+    partitions = sink.partitions
+    rest = []
+    for pick in picks:
+        ttp, batch = pick
+        part = by_tp.get(ttp)
+        if part is None:
+            rest.append(pick)
+            continue
+        code = part.error_code
+        tq = partitions[ttp]
+        if (code != 0 and code != DUPLICATE_SEQUENCE_NUMBER) or tq.unknown_attempts or tq.failed:
+            rest.append(pick)
+            continue
+        tq.in_flight -= 1
+        if batch.stamp_generation >= 0:
+            tq.acked_producer_id = batch.producer_id
+            tq.acked_producer_epoch = batch.producer_epoch
+        acked.append((batch, part.base_offset if code == 0 else None))
+    return by_tp, rest
+
+
+def ack_batches(partitions: dict, acked: list[tuple[Any, int | None]]) -> int:
+    """Acknowledge ``acked`` (batch, target offset) in order while each is the usual batch: a
+    plain batch of an owned partition (``partitions``: the engine's source partitions),
+    acknowledged with an offset, nobody awaiting it. Its offsets entry is acknowledged (the
+    partition's committed position and offset map advance), its counters grow, its frame goes
+    back to the budget. Returns how many were applied: the caller takes the rest, from the first
+    unusual one on, so acknowledgements stay in order. No hook may listen and no metrics record
+    (the caller checks)."""
+    for i, (batch, target_base) in enumerate(acked):
+        sp = partitions.get((batch.topic, batch.partition))
+        if (target_base is None or sp is None or batch.abandoned or batch.acked
+                or batch.start < 0 or batch.done or batch._future is not None
+                or batch._callbacks is not None):
+            return i
+        sp.offsets.ack(batch, target_base)
+        sp.records += batch.record_count
+        sp.batches += 1
+        sp.bytes += batch.size
+        batch.done = True
+        lease = batch.lease
+        if lease is not None:
+            lease.drop()
+            batch.lease = None
+        batch.view = None
+        batch.rest = None
+    return len(acked)
+

@@ -1,0 +1,208 @@
+"""The engine's per-batch loops: the native build against its pure-Python twin.
+
+Each case builds the same random state twice (target partition queues, batches made from real
+v2 batches, source partitions with their offsets, frame leases), runs one build on each copy and
+compares everything the loops may touch: what they return, every queue's counters, connection
+and contents, every batch's fields, every partition's committed position, offset map rows,
+counters and leases. Random states cover the unusual cases the loops must hand back (errors, a
+partition recovering, abandoned or awaited batches, duplicates, oversized heads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from types import SimpleNamespace
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from shallowmirror import codec
+from shallowmirror.engine import hotpath, loops
+from shallowmirror.engine.batch import FetchedBatch, SourcePartition
+from shallowmirror.engine.budget import ByteBudget, FrameLease
+from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.packing import Rotation
+from shallowmirror.engine.sink import TargetPartitionQueue
+
+native = pytest.importorskip("shallowmirror.engine._cloops")
+IMPLEMENTATIONS = {"python": loops, "native": native}
+TOPICS = ("orders", "payments-eu")
+SEEDS = range(60)
+
+
+def _views(records: int, size: int, n: int) -> list:
+    """``n`` real v2 batches of ``records`` records, split from one buffer."""
+    data = bytearray()
+    for i in range(n):
+        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 24)
+        for r in range(records):
+            builder.append(r, 1_700_000_000_000, None, b"v" * size, [])
+        built = bytearray(builder.build())
+        built[0:8] = (i * records).to_bytes(8, "big")
+        data += built
+    return list(codec.split_batches(bytes(data), verify_crc=False).batches)
+
+
+class World:
+    """One random state: a sink's queues, the engine's source partitions, the connections."""
+
+    def __init__(self, seed: int) -> None:
+        rnd = random.Random(seed)
+        self.conns = [SimpleNamespace(name="a"), SimpleNamespace(name="b")]
+        self.conn = self.conns[0]
+        identity = SimpleNamespace(idempotent=rnd.random() < 0.8, producer_id=7,
+                                   producer_epoch=rnd.choice((0, 1)))
+        owner = SimpleNamespace(identity=identity, identity_resetting=rnd.random() < 0.05)
+        self.sink = SimpleNamespace(
+            partitions={}, queues={}, rotation=Rotation(), owner=owner,
+            per_partition=rnd.choice((1, 2, 5)),
+            max_request_bytes=rnd.choice((600, 3000, 1 << 20)))
+        self.budget = ByteBudget(1 << 30)
+        self.sps: dict = {}
+        self.batches: list[FetchedBatch] = []
+        self.picks: list = []
+        for p in range(rnd.randint(1, 7)):
+            topic = TOPICS[p % 2]
+            ttp = (topic, p)
+            tq = TargetPartitionQueue()
+            tq.in_flight = rnd.choice((0, 0, 1, 2, 5))
+            tq.conn = rnd.choice((None, self.conns[0], self.conns[1]))
+            tq.failed = [object()] if rnd.random() < 0.1 else []
+            tq.blocked_until = rnd.choice((0.0, 0.0, 0.0, 1.0, 1e12))
+            tq.unknown_attempts = rnd.choice((0, 0, 0, 2))
+            tq.acked_producer_id = rnd.choice((-1, 7, 7, 8))
+            tq.acked_producer_epoch = identity.producer_epoch if rnd.random() < 0.8 else 5
+            sp = SourcePartition(topic, p, 0, OffsetMap())
+            lease = FrameLease(self.budget, 1000)
+            views = _views(rnd.randint(1, 4), rnd.choice((10, 300)), rnd.randint(1, 5))
+            batches = [FetchedBatch(topic, p, v, lease, v.base_offset, v.next_offset)
+                       for v in views]
+            lease.hold(len(batches))
+            sp.offsets.add_batches(batches)
+            for i, b in enumerate(batches):
+                b.enqueue_no = len(self.batches) + i
+                b.abandoned = rnd.random() < 0.1
+                b.attempts = rnd.choice((0, 1))
+                b.header, b.rest = b"h%d" % i, memoryview(b"rest")
+                if rnd.random() < 0.7:
+                    b.stamp = (7, identity.producer_epoch, i, 1)
+                if rnd.random() < 0.05:
+                    b.add_done_callback(lambda *args: None)
+            tq.queue.extend(batches)
+            self.sink.partitions[ttp] = tq
+            self.sink.queues[ttp] = tq.queue
+            self.sink.rotation.add(ttp)
+            if rnd.random() < 0.9:
+                self.sps[(topic, p)] = sp
+            self.batches.extend(batches)
+            # One request's picks and its answer, for settle_picks and ack_batches.
+            head = batches[0]
+            self.picks.append((ttp, head))
+        self.answer = SimpleNamespace(topics=[])
+        by_topic: dict = {}
+        self.acked = []
+        for ttp, batch in self.picks:
+            if rnd.random() < 0.1:
+                continue                                   # the answer leaves it out
+            code = rnd.choice((0, 0, 0, 0, 46, 6, 10, 3))
+            base = rnd.choice((None, 0, 1000))
+            by_topic.setdefault(ttp[0], []).append(SimpleNamespace(
+                partition=ttp[1], error_code=code, base_offset=-1 if base is None else base))
+            self.acked.append((batch, base))
+        for topic, parts in by_topic.items():
+            self.answer.topics.append((topic, parts))
+        # Some acknowledgements arrive behind others: ack a random later batch first.
+        rnd.shuffle(self.acked)
+
+    def state(self) -> dict:
+        """Everything the loops may change, comparable across two worlds."""
+        conn_name = {None: None, id(self.conns[0]): "a", id(self.conns[1]): "b"}
+        index = {id(b): i for i, b in enumerate(self.batches)}
+        queues = {ttp: (tq.in_flight, conn_name[id(tq.conn) if tq.conn else None],
+                        [index[id(b)] for b in tq.queue], tq.acked_producer_id,
+                        tq.acked_producer_epoch)
+                  for ttp, tq in self.sink.partitions.items()}
+        batches = [(b.attempts, b.acked, b.done, b.target_base, b.view is None,
+                    b.rest is None, b.lease is None, b.start, b.end)
+                   for b in self.batches]
+        parts = {tp: (sp.offsets.committed, sp.offsets.pending, sp.offsets.offset_map.rows(),
+                      sp.records, sp.batches, sp.bytes)
+                 for tp, sp in self.sps.items()}
+        return {"queues": queues, "batches": batches, "partitions": parts,
+                "budget": self.budget.in_use_bytes}
+
+
+def _pick_names(world: World, picks: list) -> list:
+    index = {id(b): i for i, b in enumerate(world.batches)}
+    return [(ttp, index[id(b)]) for ttp, b in picks]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_plan_picks_agree(seed: int) -> None:
+    async def run(impl) -> tuple:
+        world = World(seed)
+        conn = world.conns[seed % 3] if seed % 3 < 2 else None
+        picks, too_large = impl.plan_picks(world.sink, conn)
+        topics = impl.request_topics(picks)
+        shape = [(t, [(p, bytes(h), bytes(r)) for p, ((h, r),) in parts]) for t, parts in topics]
+        return (_pick_names(world, picks), _pick_names(world, too_large), shape, world.state())
+
+    results = {name: asyncio.run(run(impl)) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_settle_picks_agree(seed: int) -> None:
+    def run(impl) -> tuple:
+        world = World(seed)
+        acked: list = []
+        by_tp, rest = impl.settle_picks(world.sink, world.picks, world.answer, acked)
+        return (sorted(by_tp), _pick_names(world, rest),
+                [(_pick_names(world, [(None, b)])[0][1], base) for b, base in acked],
+                world.state())
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ack_batches_agree(seed: int) -> None:
+    def run(impl) -> tuple:
+        world = World(seed)
+        done = impl.ack_batches(world.sps, world.acked)
+        return done, world.state()
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+def test_a_run_of_acknowledgements_extends_one_offset_map_row_and_frees_the_frame() -> None:
+    for impl in IMPLEMENTATIONS.values():
+        budget = ByteBudget(1 << 20)
+        lease = FrameLease(budget, 5000)
+        views = _views(3, 10, 4)
+        sp = SourcePartition("orders", 0, 0, OffsetMap())
+        batches = [FetchedBatch("orders", 0, v, lease, v.base_offset, v.next_offset)
+                   for v in views]
+        lease.hold(len(batches))
+        lease.drop()                                   # the fetcher handed them all out
+        sp.offsets.add_batches(batches)
+        acked = [(b, 500 + 3 * i) for i, b in enumerate(batches)]
+        assert impl.ack_batches({("orders", 0): sp}, acked) == 4
+        assert sp.offsets.committed == 12 and sp.offsets.pending == 0
+        assert [tuple(r) for r in sp.offsets.offset_map.rows()] == [(0, 12, 500)]
+        assert (sp.records, sp.batches) == (12, 4)
+        assert budget.in_use_bytes == 0 and all(b.done and b.lease is None for b in batches)
+
+
+def test_native_loops_refuse_objects_without_the_engine_slots() -> None:
+    batch = SimpleNamespace(topic="orders", partition=0)
+    with pytest.raises(TypeError, match="__slots__ field"):
+        native.ack_batches({}, [(batch, 5)])
+
+
+def test_the_engine_runs_the_native_loops_when_built() -> None:
+    assert hotpath.IMPLEMENTATION == codec.IMPLEMENTATION
+    if hotpath.IMPLEMENTATION == "native":
+        assert hotpath.ack_batches is native.ack_batches
