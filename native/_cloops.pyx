@@ -23,10 +23,13 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int64_t
 
 import asyncio
+from time import monotonic
 
+from shallowmirror.codec.layout import TRANSACTIONAL_MASK as _TRANSACTIONAL_MASK
 from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES
 
 cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
     ctypedef struct PyMemberDef:
         const char *name
         int type
@@ -37,6 +40,7 @@ cdef extern from "Python.h":
         PyMemberDef *d_member
 
 cdef int DUPLICATE_SEQUENCE_NUMBER = 46
+cdef int TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK
 cdef int64_t _PARTITION_OVERHEAD = PARTITION_OVERHEAD_BYTES
 cdef int64_t _REQUEST_OVERHEAD = REQUEST_OVERHEAD_BYTES
 
@@ -48,10 +52,10 @@ cdef class _Layout:
     """The slot offsets of the fields ``names`` in one class (the last class seen)."""
     cdef PyTypeObject *cls
     cdef tuple names
-    cdef Py_ssize_t off[24]
+    cdef Py_ssize_t off[32]
 
     def __cinit__(self, tuple names):
-        assert len(names) <= 24
+        assert len(names) <= 32
         self.names = names
         self.cls = NULL
 
@@ -132,6 +136,83 @@ cdef _Layout _MAP = _Layout(("_counts", "_next_source", "_next_target"))
 cdef enum:
     L_HOLDERS
 cdef _Layout _LEASE = _Layout(("holders",))
+
+
+# ---- making the batches of a fetched partition ------------------------------------------------
+
+# Every field FetchedBatch.__init__ sets, for making one without calling it (the differential
+# test compares every slot of the batches both builds make).
+cdef enum:
+    N_TOPIC, N_PARTITION, N_VIEW, N_LEASE, N_FETCHED_AT, N_RECORD_COUNT, N_SIZE, N_COMPRESSION,
+    N_SOURCE_BASE, N_NEXT_OFFSET, N_REBUILT, N_HIGH_WATERMARK, N_TARGET_TOPIC,
+    N_TARGET_PARTITION, N_HEADER, N_REST, N_ATTEMPTS, N_ENQUEUE_NO, N_RECORD_OFFSETS, N_DONE,
+    N_ABANDONED, N_CALLBACKS, N_FUTURE, N_START, N_END, N_ACKED, N_TARGET_BASE, N_IS_GAP,
+    N_STAMP_GENERATION
+cdef _Layout _NEW = _Layout((
+    "topic", "partition", "view", "lease", "fetched_at", "record_count", "size", "compression",
+    "source_base", "next_offset", "rebuilt", "high_watermark", "target_topic",
+    "target_partition", "header", "rest", "attempts", "enqueue_no", "record_offsets", "done",
+    "abandoned", "_callbacks", "_future", "start", "end", "acked", "target_base", "is_gap",
+    "stamp_generation"))
+cdef object _ZERO = 0
+cdef object _MINUS_ONE = -1
+
+
+def prepare_usual(list views, Py_ssize_t start, int64_t position, str topic, partition, lease,
+                  high_watermark, fetched_at, bint stop_at_transactional, type batch_class):
+    """The engine's batches for the usual views from ``start`` on; see
+    ``loops.prepare_usual``. Made as ``batch_class.__init__`` would make them, without the
+    call: allocated, then every field set at its slot."""
+    cdef list out = []
+    cdef Py_ssize_t i = start, n = len(views)
+    cdef Py_ssize_t *f = _NEW.off
+    cdef int magic
+    if fetched_at is None:
+        fetched_at = monotonic()
+    while i < n:
+        view = views[i]
+        magic = view.magic
+        if stop_at_transactional and magic >= 2 and (<int>view.attributes & TRANSACTIONAL_MASK):
+            break
+        base_offset = view.base_offset
+        if not (magic == 2 and <int64_t>base_offset >= position
+                and <int64_t>view.record_count == <int64_t>view.last_offset_delta + 1):
+            break
+        batch = PyType_GenericAlloc(<PyTypeObject *>batch_class, 0)
+        _check(_NEW, batch)
+        next_offset = view.next_offset
+        _set(batch, f[N_TOPIC], topic)
+        _set(batch, f[N_PARTITION], partition)
+        _set(batch, f[N_VIEW], view)
+        _set(batch, f[N_LEASE], lease)
+        _set(batch, f[N_FETCHED_AT], fetched_at)
+        _set(batch, f[N_RECORD_COUNT], view.record_count)
+        _set(batch, f[N_SIZE], view.size)
+        _set(batch, f[N_COMPRESSION], view.compression)
+        _set(batch, f[N_SOURCE_BASE], base_offset)
+        _set(batch, f[N_NEXT_OFFSET], next_offset)
+        _set(batch, f[N_REBUILT], None)
+        _set(batch, f[N_HIGH_WATERMARK], high_watermark)
+        _set(batch, f[N_TARGET_TOPIC], None)
+        _set(batch, f[N_TARGET_PARTITION], None)
+        _set(batch, f[N_HEADER], None)
+        _set(batch, f[N_REST], None)
+        _set(batch, f[N_ATTEMPTS], _ZERO)
+        _set(batch, f[N_ENQUEUE_NO], _MINUS_ONE)
+        _set(batch, f[N_RECORD_OFFSETS], None)
+        _set(batch, f[N_DONE], False)
+        _set(batch, f[N_ABANDONED], False)
+        _set(batch, f[N_CALLBACKS], None)
+        _set(batch, f[N_FUTURE], None)
+        _set(batch, f[N_START], _MINUS_ONE)
+        _set(batch, f[N_END], next_offset)
+        _set(batch, f[N_ACKED], False)
+        _set(batch, f[N_TARGET_BASE], None)
+        _set(batch, f[N_IS_GAP], False)
+        _set(batch, f[N_STAMP_GENERATION], _MINUS_ONE)
+        out.append(batch)
+        i += 1
+    return out, i
 
 
 # ---- planning a request ---------------------------------------------------------------------

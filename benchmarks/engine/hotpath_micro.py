@@ -255,6 +255,9 @@ def child(args: argparse.Namespace) -> None:
     frames = fetch_frames(batch, count, per_fetch, rounds, partitions)
     end = rounds * per_fetch * count
     answers = produce_frames(partitions, count, rounds * per_fetch)
+    if getattr(args, "setup_only", False):   # hotpath_instructions.py subtracts the set-up's instructions
+        print(json.dumps({"batches": rounds * per_fetch * partitions}), flush=True)
+        return
     result = asyncio.run(run_once(frames, per_fetch * count, end, partitions, answers))
     result["batch_bytes"] = len(batch)
     print(json.dumps(result), flush=True)
@@ -273,6 +276,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", metavar="DIR")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--setup-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)

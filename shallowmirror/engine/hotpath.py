@@ -30,9 +30,10 @@ def _choose() -> tuple[str, ModuleType]:
 
 IMPLEMENTATION, _loops = _choose()
 
+prepare_usual = _loops.prepare_usual
 plan_picks = _loops.plan_picks
 request_topics = _loops.request_topics
 settle_picks = _loops.settle_picks
 ack_batches = _loops.ack_batches
 
-__all__ = ["IMPLEMENTATION", "plan_picks", "request_topics", "settle_picks", "ack_batches"]
+__all__ = ["IMPLEMENTATION", "prepare_usual", "plan_picks", "request_topics", "settle_picks", "ack_batches"]

@@ -1,8 +1,9 @@
 """The engine's per-request and per-answer loops, pure Python (the twin of ``native/_cloops.pyx``).
 
-Three loops run for every forwarded batch, once per Produce request or answer: planning a
-request (``plan_picks``), applying an answer's usual outcome (``settle_picks``) and acknowledging
-the batches it wrote (``ack_batches``). They are here, apart from the sink and the engine that
+Four loops run for every forwarded batch, once per fetched partition, Produce request or
+answer: making the batches of a fetched partition (``prepare_usual``), planning a request
+(``plan_picks``), applying an answer's usual outcome (``settle_picks``) and acknowledging the
+batches it wrote (``ack_batches``). They are here, apart from the sink and the engine that
 call them, so that a native build can run the same loops without one interpreted step per batch
 (``shallowmirror.engine.hotpath`` chooses, as ``shallowmirror.codec`` does for the codec). Each
 handles the usual case only and hands everything else back to the caller's Python, which keeps
@@ -16,6 +17,7 @@ import asyncio
 import operator
 from typing import Any
 
+from shallowmirror.codec.layout import TRANSACTIONAL_MASK
 from shallowmirror.engine.packing import plan_request
 
 TTP = tuple[str, int]
@@ -24,6 +26,30 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 
 _size_of = operator.attrgetter("size")
 _topic_of = operator.itemgetter(0)
+
+
+def prepare_usual(views: list, start: int, position: int, topic: str, partition: int,
+                  lease: Any, high_watermark: int, fetched_at: float,
+                  stop_at_transactional: bool, batch_class: type) -> tuple[list, int]:
+    """The engine's batches (``batch_class``: ``FetchedBatch``) for the usual fetched views from
+    ``views[start]`` on: v2, at or past the fetch ``position``, no offset gaps (so at least one
+    record), and not transactional while ``stop_at_transactional`` (the caller warns about the
+    first one). Returns them and the index of the first view that is not usual (``len(views)``:
+    none). The caller holds ``lease`` once for each batch made."""
+    out = []
+    i = start
+    n = len(views)
+    while i < n:
+        view = views[i]
+        if stop_at_transactional and view.magic >= 2 and view.attributes & TRANSACTIONAL_MASK:
+            break
+        if not (view.magic == 2 and view.base_offset >= position
+                and view.record_count == view.last_offset_delta + 1):
+            break
+        out.append(batch_class(topic, partition, view, lease, view.base_offset,
+                               view.next_offset, None, high_watermark, fetched_at))
+        i += 1
+    return out, i
 
 
 def can_send(sink: Any, conn: Any, ttp: TTP) -> bool:

@@ -36,6 +36,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from shallowmirror import codec
 from shallowmirror.codec import deep
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK
+from shallowmirror.engine import hotpath
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
@@ -316,7 +317,17 @@ class Source:
         topic, partition = sp.topic, sp.partition
         warn = not self.read_committed and sp.tp not in self.warned_transactional
         held = 0
-        for view in kept:
+        i = 0
+        while i < len(kept):
+            # Runs of usual batches in one call (hotpath); the view that ends a run here.
+            made, i = hotpath.prepare_usual(kept, i, position, topic, partition, lease, hw,
+                                            fetched_at, warn, FetchedBatch)
+            out.extend(made)
+            held += len(made)
+            if i == len(kept):
+                break
+            view = kept[i]
+            i += 1
             if warn and view.magic >= 2 and view.attributes & TRANSACTIONAL_MASK:
                 warn = False
                 self._warn_transactional(sp, view)

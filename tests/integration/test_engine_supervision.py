@@ -13,12 +13,12 @@ import pytest
 from engine_support import create_target, group, load_topic, run_until_caught_up
 
 from shallowmirror import codec
-from shallowmirror.engine import MirrorEngine
+from shallowmirror.engine import MirrorEngine, hotpath
 from shallowmirror.engine.core import EngineCore
 from shallowmirror.engine.discovery import TopicDiscovery
 from shallowmirror.engine.membership import Membership
 from shallowmirror.engine.metrics import FlowRecorder
-from shallowmirror.engine.sink import Sink, Sinks
+from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Source
 from shallowmirror.engine.supervisor import EngineTaskError
 from shallowmirror.errors import BrokerError, Where
@@ -123,8 +123,8 @@ def test_a_partition_revoked_while_the_fetch_loop_waits_is_not_asked_for(
 
 def test_produce_loop_error_fails_the_engine(source_cluster, target_cluster, topic,
                                              monkeypatch):
-    monkeypatch.setattr(Sink, "_can_send", _once(
-        RuntimeError("injected"), Sink._can_send, is_async=False))
+    monkeypatch.setattr(hotpath, "plan_picks", _once(
+        RuntimeError("injected"), hotpath.plan_picks, is_async=False))
     text = _fails(source_cluster, target_cluster, topic)
     assert "produce loop of target broker" in text and "RuntimeError: injected" in text
     assert "cluster target" in text
@@ -160,15 +160,15 @@ def test_error_applying_a_response_in_a_callback_fails_the_engine(
     # what raises there (asyncio would only log it) must end run() with the same EngineTaskError
     # a failing request task gives, naming the request and where.
     in_task: list[bool] = []
-    answered = Sink._answered
+    settle = hotpath.settle_picks
 
-    def failing_in_callback(self, *args):
+    def failing_in_callback(*args):
         in_task.append(asyncio.current_task() is not None)
         if not in_task[-1]:
             raise RuntimeError("injected")
-        return answered(self, *args)
+        return settle(*args)
 
-    monkeypatch.setattr(Sink, "_answered", failing_in_callback)
+    monkeypatch.setattr(hotpath, "settle_picks", failing_in_callback)
     text = _fails(source_cluster, target_cluster, topic)
     assert in_task[-1] is False, "the failing response was applied outside any task"
     assert "produce request to target broker" in text and "RuntimeError: injected" in text

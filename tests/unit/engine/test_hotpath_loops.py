@@ -138,6 +138,49 @@ def _pick_names(world: World, picks: list) -> list:
     return [(ttp, index[id(b)]) for ttp, b in picks]
 
 
+def _fetched_views(seed: int) -> list:
+    """Views of one fetched partition, some of them unusual: a transactional batch, one with an
+    offset gap (compacted), one below the fetch position."""
+    rnd = random.Random(seed)
+    data = bytearray()
+    base = 0
+    for _ in range(rnd.randint(1, 8)):
+        records = rnd.randint(1, 4)
+        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 24)
+        for r in range(records):
+            builder.append(r, 1_700_000_000_000, None, b"v" * 20, [])
+        built = bytearray(builder.build())
+        built[0:8] = base.to_bytes(8, "big")
+        kind = rnd.random()
+        if kind < 0.15:
+            built[22] |= 0x10                          # attributes: transactional
+        elif kind < 0.25:
+            built[23:27] = (records + 2).to_bytes(4, "big")   # lastOffsetDelta: a gap
+        data += built
+        base += records + (3 if kind >= 0.15 and kind < 0.25 else 0)
+    return list(codec.split_batches(bytes(data), verify_crc=False).batches)
+
+
+def _slots(batch: FetchedBatch) -> tuple:
+    return tuple(getattr(batch, name, "<unset>") for name in FetchedBatch.__slots__)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_prepare_usual_agrees(seed: int) -> None:
+    views = _fetched_views(seed)
+    rnd = random.Random(seed)
+    position = rnd.choice((0, 0, 1, 3))
+    lease = object()
+    for start in range(len(views) + 1):
+        for warn in (False, True):
+            results = {}
+            for name, impl in IMPLEMENTATIONS.items():
+                made, end = impl.prepare_usual(views, start, position, "orders", 3, lease, 99,
+                                               12.5, warn, FetchedBatch)
+                results[name] = (end, [_slots(b) for b in made])
+            assert results["native"] == results["python"], (start, warn)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_plan_picks_agree(seed: int) -> None:
     async def run(impl) -> tuple:
