@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The engine's per-request and per-answer loops, native build of ``shallowmirror.engine.loops``.
+"""The engine's per-batch loops, native build of ``shallowmirror.engine.loops``.
 
 Same contract and same results as the twin on the same objects (see its docstring; the
 differential tests run both). The objects stay the engine's own Python classes, so nothing
@@ -9,8 +9,8 @@ reaches their fields: a generic attribute access from C costs ~140 instructions 
 descriptor call) and a write ~200, and these loops make ~40 of them per forwarded batch. So each
 class's slot offsets are read once from its member descriptors (``PyMemberDef.offset``, public
 C API) and fields are then read and written at those offsets, a few instructions each, after an
-exact type check per object (another type, even a subclass, is looked up and cached the same
-way; a class without those slots is a TypeError). The usual acknowledgement also applies the
+exact type check per object (``native/_slots.pxi``; another class, even a subclass, is looked
+up and cached the same way; a class without those slots is a TypeError). The usual acknowledgement also applies the
 offsets entry inline: the usual cases of ``PartitionOffsets.ack`` and ``OffsetMap.add_row``
 (the oldest entry acknowledged, a batch extending the map's last row) and of
 ``FrameLease.drop`` (another holder left), calling the methods for anything else.
@@ -30,14 +30,6 @@ from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERH
 
 cdef extern from "Python.h":
     object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-        int flags
-        const char *doc
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef *d_member
 
 cdef int DUPLICATE_SEQUENCE_NUMBER = 46
 cdef int TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK
@@ -45,64 +37,9 @@ cdef int64_t _PARTITION_OVERHEAD = PARTITION_OVERHEAD_BYTES
 cdef int64_t _REQUEST_OVERHEAD = REQUEST_OVERHEAD_BYTES
 
 
-# ---- slot access ----------------------------------------------------------------------------
+# ---- slot access (native/_slots.pxi) ------------------------------------------------------
 
-@cython.final
-cdef class _Layout:
-    """The slot offsets of the fields ``names`` in one class (the last class seen)."""
-    cdef PyTypeObject *cls
-    cdef tuple names
-    cdef Py_ssize_t off[32]
-
-    def __cinit__(self, tuple names):
-        assert len(names) <= 32
-        self.names = names
-        self.cls = NULL
-
-    cdef int bind(self, object obj) except -1:
-        cls = type(obj)
-        cdef Py_ssize_t i
-        for i, name in enumerate(self.names):
-            descr = None
-            for klass in cls.__mro__:
-                descr = klass.__dict__.get(name)
-                if descr is not None:
-                    break
-            if type(descr).__name__ != "member_descriptor":
-                raise TypeError(f"{cls.__qualname__}.{name} is not a __slots__ field: the "
-                                "engine's native loops need the engine's own classes")
-            self.off[i] = (<PyMemberDescrObject *><PyObject *>descr).d_member.offset
-        self.cls = Py_TYPE(obj)
-        return 0
-
-
-cdef inline int _check(_Layout layout, object obj) except -1:
-    if Py_TYPE(obj) is not layout.cls:
-        layout.bind(obj)
-    return 0
-
-
-cdef inline object _get(object obj, Py_ssize_t offset):
-    cdef PyObject *value = (<PyObject **>((<char *><PyObject *>obj) + offset))[0]
-    if value is NULL:
-        raise AttributeError(f"a {type(obj).__qualname__} field is not set")
-    return <object>value
-
-
-cdef inline int64_t _get_int(object obj, Py_ssize_t offset) except? -1:
-    return PyLong_AsLongLong(_get(obj, offset))
-
-
-cdef inline void _set(object obj, Py_ssize_t offset, object value):
-    cdef PyObject **slot = <PyObject **>((<char *><PyObject *>obj) + offset)
-    cdef PyObject *old = slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject *>value
-    Py_XDECREF(old)
-
-
-cdef inline void _set_int(object obj, Py_ssize_t offset, int64_t value):
-    _set(obj, offset, PyLong_FromLongLong(value))
+include "_slots.pxi"
 
 
 # FetchedBatch fields

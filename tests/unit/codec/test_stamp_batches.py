@@ -18,13 +18,27 @@ IMPLS = [pytest.param(TWIN, id="twin"),
                       marks=pytest.mark.skipif(NATIVE is None, reason="native codec not built"))]
 
 
-def request(impl, counts: list[int], *, codec: str = "lz4", generation: int = -1):
+class SlotBatch:
+    """A batch class with the fields in ``__slots__``, as the engine's FetchedBatch has them:
+    the native build reaches those at their slots, any other object's by name."""
+
+    __slots__ = ("view", "record_count", "stamp_generation", "header", "rest", "producer_id",
+                 "producer_epoch", "base_sequence")
+
+    def __init__(self, view, record_count: int, stamp_generation: int) -> None:
+        self.view = view
+        self.record_count = record_count
+        self.stamp_generation = stamp_generation
+
+
+def request(impl, counts: list[int], *, codec: str = "lz4", generation: int = -1,
+            batch_class=SimpleNamespace):
     """(key, batch) picks of one request: a batch per partition, ``counts`` records each."""
     data = b"".join(build_batch(codec, n, base_offset=100 * i, producer_id=9, producer_epoch=1,
                                 base_sequence=40) for i, n in enumerate(counts))
     views = impl.split_batches(data).batches
-    return [(("target", i), SimpleNamespace(view=v, record_count=v.record_count,
-                                            stamp_generation=generation))
+    return [(("target", i), batch_class(view=v, record_count=v.record_count,
+                                        stamp_generation=generation))
             for i, v in enumerate(views)]
 
 
@@ -35,9 +49,11 @@ def crc_holds(batch) -> bool:
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("codec", sorted(CODECS))
-def test_each_batch_as_rewrite_would_stamp_it_with_the_next_sequence(impl, codec):
-    picks = request(impl, [3, 5, 1], codec=codec) + [
-        (("target", 0), b) for _, b in request(impl, [2], codec=codec)]   # partition 0 again
+@pytest.mark.parametrize("batch_class", [SimpleNamespace, SlotBatch])
+def test_each_batch_as_rewrite_would_stamp_it_with_the_next_sequence(impl, codec, batch_class):
+    picks = request(impl, [3, 5, 1], codec=codec, batch_class=batch_class) + [
+        (("target", 0), b)
+        for _, b in request(impl, [2], codec=codec, batch_class=batch_class)]  # partition 0 again
     # Partition 1 wraps at 2**31 like Kafka's producer; partition 2 stays above 2**30.
     sequences = {("target", 1): 2**31 - 2, ("target", 2): 2**30 + 7}
     assert impl.stamp_batches(picks, producer_id=77, producer_epoch=4, generation=3,
