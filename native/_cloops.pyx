@@ -10,8 +10,8 @@ descriptor call) and a write ~200, and these loops make ~40 of them per forwarde
 class's slot offsets are read once from its member descriptors (``PyMemberDef.offset``, public
 C API) and fields are then read and written at those offsets, a few instructions each, after an
 exact type check per object (``native/_slots.pxi``; another class, even a subclass, is looked
-up and cached the same way; a class without those slots is a TypeError). The usual acknowledgement also applies the
-offsets entry inline: the usual cases of ``PartitionOffsets.ack`` and ``OffsetMap.add_row``
+up and cached the same way; a class without those slots is a TypeError). The usual
+acknowledgement also applies the offsets entry inline: the usual cases of ``PartitionOffsets.ack`` and ``OffsetMap.add_row``
 (the oldest entry acknowledged, a batch extending the map's last row) and of
 ``FrameLease.drop`` (another holder left), calling the methods for anything else.
 """
@@ -26,12 +26,17 @@ import asyncio
 from time import monotonic
 
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK as _TRANSACTIONAL_MASK
-from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES
+from shallowmirror.engine.loops import DUPLICATE_SEQUENCE_NUMBER as _DUPLICATE_SEQUENCE_NUMBER
+from shallowmirror.engine.packing import (
+    PARTITION_OVERHEAD_BYTES,
+    REQUEST_OVERHEAD_BYTES,
+    topic_overhead_bytes,
+)
 
 cdef extern from "Python.h":
     object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
 
-cdef int DUPLICATE_SEQUENCE_NUMBER = 46
+cdef int DUPLICATE_SEQUENCE_NUMBER = _DUPLICATE_SEQUENCE_NUMBER
 cdef int TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK
 cdef int64_t _PARTITION_OVERHEAD = PARTITION_OVERHEAD_BYTES
 cdef int64_t _REQUEST_OVERHEAD = REQUEST_OVERHEAD_BYTES
@@ -154,18 +159,24 @@ def prepare_usual(list views, Py_ssize_t start, int64_t position, str topic, par
 
 # ---- planning a request ---------------------------------------------------------------------
 
-cdef bint _can_send(object tq, object conn, int64_t per_partition, bint idempotent,
-                    object producer_id, object producer_epoch, object loop_time) except -1:
-    """``loops.can_send`` for one partition queue (the identity read once per plan)."""
+cdef object _drop_abandoned_heads(object tq):
+    """Drop (and release) the abandoned batches at the head of ``tq``'s queue; return it."""
     _check(_QUEUE, tq)
-    cdef Py_ssize_t *q = _QUEUE.off
-    queue = _get(tq, q[Q_QUEUE])
+    queue = _get(tq, _QUEUE.off[Q_QUEUE])
     while queue:
         head = queue[0]
         _check(_BATCH, head)
         if not _get(head, _BATCH.off[B_ABANDONED]):
             break
         queue.popleft().release()
+    return queue
+
+
+cdef bint _can_send(object tq, object conn, int64_t per_partition, bint idempotent,
+                    object producer_id, object producer_epoch, object loop_time) except -1:
+    """``loops.can_send`` for one partition queue (the identity read once per plan)."""
+    queue = _drop_abandoned_heads(tq)
+    cdef Py_ssize_t *q = _QUEUE.off
     if not queue or _get(tq, q[Q_FAILED]):
         return False
     cdef int64_t in_flight = _get_int(tq, q[Q_IN_FLIGHT])
@@ -195,9 +206,7 @@ def plan_picks(sink, conn):
     if owner.identity_resetting:
         # Nothing may go; abandoned heads are still dropped, as the twin's visit does.
         for key in order:
-            queue = partitions[key].queue
-            while queue and queue[0].abandoned:
-                queue.popleft().release()
+            _drop_abandoned_heads(partitions[key])
         return picks, too_large
     cdef int64_t per_partition = sink.per_partition
     cdef int64_t max_bytes = sink.max_request_bytes
@@ -209,16 +218,18 @@ def plan_picks(sink, conn):
     cdef int64_t extra
     cdef set topics_seen = set()
     cdef str topic
+    cdef Py_ssize_t *q = _QUEUE.off
     for key in order:
         tq = partitions[key]
         if not _can_send(tq, conn, per_partition, idempotent, producer_id, producer_epoch,
                          loop_time):
             continue
-        batch = _get(tq, _QUEUE.off[Q_QUEUE])[0]
+        queue = _get(tq, q[Q_QUEUE])
+        batch = queue[0]
         topic = (<tuple>key)[0]
         extra = _get_int(batch, _BATCH.off[B_SIZE]) + _PARTITION_OVERHEAD
         if topic not in topics_seen:
-            extra += 2 + len(topic.encode()) + 4
+            extra += topic_overhead_bytes(topic)
         if _REQUEST_OVERHEAD + extra > max_bytes:
             too_large.append((key, batch))
             continue
@@ -227,11 +238,9 @@ def plan_picks(sink, conn):
         picks.append((key, batch))
         request_bytes += extra
         topics_seen.add(topic)
-    cdef Py_ssize_t *q = _QUEUE.off
-    for pick in picks:
-        key, batch = <tuple>pick
-        tq = partitions[key]
-        _get(tq, q[Q_QUEUE]).popleft()
+        # Picked: it leaves its queue, in flight on ``conn`` (each key comes once in ``order``,
+        # so this is what the twin does after planning).
+        queue.popleft()
         _set_int(tq, q[Q_IN_FLIGHT], _get_int(tq, q[Q_IN_FLIGHT]) + 1)
         _set(tq, q[Q_CONN], conn)
         _set_int(batch, _BATCH.off[B_ATTEMPTS], _get_int(batch, _BATCH.off[B_ATTEMPTS]) + 1)

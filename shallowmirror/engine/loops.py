@@ -1,4 +1,4 @@
-"""The engine's per-request and per-answer loops, pure Python (the twin of ``native/_cloops.pyx``).
+"""The engine's per-batch loops, pure Python (the twin of ``native/_cloops.pyx``).
 
 Four loops run for every forwarded batch, once per fetched partition, Produce request or
 answer: making the batches of a fetched partition (``prepare_usual``), planning a request
@@ -17,12 +17,14 @@ import asyncio
 import operator
 from typing import Any
 
+from kafka import errors as Errors
+
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK
 from shallowmirror.engine.packing import plan_request
 
 TTP = tuple[str, int]
-#: Kafka's DUPLICATE_SEQUENCE_NUMBER: the batch is already written (an acknowledgement).
-DUPLICATE_SEQUENCE_NUMBER = 46
+#: The batch is already written: an acknowledgement (kafka-python's table of Kafka's Errors.java).
+DUPLICATE_SEQUENCE_NUMBER = Errors.DuplicateSequenceNumberError.errno
 
 _size_of = operator.attrgetter("size")
 _topic_of = operator.itemgetter(0)

@@ -307,9 +307,9 @@ class Source:
                  where: Where, fetched_at: float) -> list[FetchedBatch]:
         """Batch views ready to forward; the rare ones rebuilt through the deep path.
 
-        The usual batch (v2, at or past the position, no offset gaps, hence at least one record)
-        takes the first branch: one FetchedBatch, and the frame lease is held once for all of
-        them. Under read_uncommitted the first transactional batch is noted on the way (warned
+        The usual batches (v2, at or past the position, no offset gaps, hence at least one
+        record) are made in runs by ``hotpath.prepare_usual``: one FetchedBatch each, and the
+        frame lease is held once for all of them. Under read_uncommitted the first transactional batch is noted on the way (warned
         once per partition)."""
         out: list[FetchedBatch] = []
         position = sp.fetch_position
@@ -327,17 +327,11 @@ class Source:
             if i == len(kept):
                 break
             view = kept[i]
-            i += 1
             if warn and view.magic >= 2 and view.attributes & TRANSACTIONAL_MASK:
                 warn = False
                 self._warn_transactional(sp, view)
-            record_count = view.record_count
-            if (view.magic == 2 and view.base_offset >= position
-                    and record_count == view.last_offset_delta + 1):
-                out.append(FetchedBatch(topic, partition, view, lease, view.base_offset,
-                                        view.next_offset, None, hw, fetched_at))
-                held += 1
-                continue
+                continue            # warned: the next call takes it like any other
+            i += 1
             if view.is_legacy:
                 if not self.legacy_convert:
                     raise UnsupportedFormatError(
