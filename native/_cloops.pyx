@@ -20,11 +20,13 @@ cimport cython
 from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from libc.stdint cimport int64_t
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.stdint cimport int16_t, int32_t, int64_t
 
 import asyncio
 from time import monotonic
 
+from shallowmirror.codec.layout import COMPRESSION_MASK as _COMPRESSION_MASK
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK as _TRANSACTIONAL_MASK
 from shallowmirror.engine.loops import DUPLICATE_SEQUENCE_NUMBER as _DUPLICATE_SEQUENCE_NUMBER
 from shallowmirror.engine.packing import (
@@ -38,6 +40,7 @@ cdef extern from "Python.h":
 
 cdef int DUPLICATE_SEQUENCE_NUMBER = _DUPLICATE_SEQUENCE_NUMBER
 cdef int TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK
+cdef int COMPRESSION_MASK = _COMPRESSION_MASK
 cdef int64_t _PARTITION_OVERHEAD = PARTITION_OVERHEAD_BYTES
 cdef int64_t _REQUEST_OVERHEAD = REQUEST_OVERHEAD_BYTES
 
@@ -47,15 +50,34 @@ cdef int64_t _REQUEST_OVERHEAD = REQUEST_OVERHEAD_BYTES
 include "_slots.pxi"
 
 
+# ---- the codec's fields (native/_fields.pxi) ----------------------------------------------
+
+include "_fields.pxi"
+
+cdef view_fields_fn _view_fields = NULL
+cdef answer_fields_fn _answer_fields = NULL
+try:            # built together with this module; without them the fields are read by name
+    from shallowmirror.codec import _cmessages as _native_messages
+    from shallowmirror.codec import _crecords as _native_records
+    _view_fields = <view_fields_fn>PyCapsule_GetPointer(_native_records.VIEW_FIELDS,
+                                                        VIEW_FIELDS_CAPSULE)
+    _answer_fields = <answer_fields_fn>PyCapsule_GetPointer(_native_messages.ANSWER_FIELDS,
+                                                            ANSWER_FIELDS_CAPSULE)
+except ImportError:
+    pass
+
+
 # FetchedBatch fields
 cdef enum:
     B_ABANDONED, B_SIZE, B_ATTEMPTS, B_HEADER, B_REST, B_STAMP_GENERATION, B_PRODUCER_ID,
     B_PRODUCER_EPOCH, B_TOPIC, B_PARTITION, B_ACKED, B_START, B_DONE, B_FUTURE, B_CALLBACKS,
-    B_LEASE, B_VIEW, B_RECORD_COUNT, B_TARGET_BASE, B_IS_GAP, B_SOURCE_BASE, B_END
+    B_LEASE, B_VIEW, B_RECORD_COUNT, B_TARGET_BASE, B_IS_GAP, B_SOURCE_BASE, B_END,
+    B_NEXT_OFFSET, B_TARGET_TOPIC, B_TARGET_PARTITION, B_ENQUEUE_NO
 cdef _Layout _BATCH = _Layout((
     "abandoned", "size", "attempts", "header", "rest", "stamp_generation", "producer_id",
     "producer_epoch", "topic", "partition", "acked", "start", "done", "_future", "_callbacks",
-    "lease", "view", "record_count", "target_base", "is_gap", "source_base", "end"))
+    "lease", "view", "record_count", "target_base", "is_gap", "source_base", "end",
+    "next_offset", "target_topic", "target_partition", "enqueue_no"))
 
 # TargetPartitionQueue fields
 cdef enum:
@@ -70,8 +92,8 @@ cdef enum:
     S_OFFSETS, S_RECORDS, S_BATCHES, S_BYTES
 cdef _Layout _PARTITION = _Layout(("offsets", "records", "batches", "bytes"))
 cdef enum:
-    O_ENTRIES, O_COMMITTED, O_OFFSET_MAP
-cdef _Layout _OFFSETS = _Layout(("_entries", "_committed", "offset_map"))
+    O_ENTRIES, O_COMMITTED, O_OFFSET_MAP, O_END
+cdef _Layout _OFFSETS = _Layout(("_entries", "_committed", "offset_map", "_end"))
 cdef enum:
     M_COUNTS, M_NEXT_SOURCE, M_NEXT_TARGET
 cdef _Layout _MAP = _Layout(("_counts", "_next_source", "_next_target"))
@@ -100,38 +122,53 @@ cdef object _ZERO = 0
 cdef object _MINUS_ONE = -1
 
 
+cdef int _generic_view_fields(object view, ViewFields *out) except -1:
+    """``ViewFields`` read through ``view``'s attributes (the twin's BatchView, or a native one
+    when the codec's capsule is missing): magic first, the rest only for a v2 batch."""
+    out.magic = view.magic
+    if out.magic != 2:
+        return 0
+    out.attributes = view.attributes
+    out.base_offset = view.base_offset
+    out.size = view.size
+    out.last_offset_delta = view.last_offset_delta
+    out.record_count = view.record_count
+    return 0
+
+
 def prepare_usual(list views, Py_ssize_t start, int64_t position, str topic, partition, lease,
                   high_watermark, fetched_at, bint stop_at_transactional, type batch_class):
     """The engine's batches for the usual views from ``start`` on; see
     ``loops.prepare_usual``. Made as ``batch_class.__init__`` would make them, without the
-    call: allocated, then every field set at its slot."""
+    call: allocated, then every field set at its slot. The views' fields come from the codec's
+    ``_view_fields`` (``native/_fields.pxi``), read through their attributes otherwise."""
     cdef list out = []
     cdef Py_ssize_t i = start, n = len(views)
     cdef Py_ssize_t *f = _NEW.off
-    cdef int magic
+    cdef ViewFields vf
     if fetched_at is None:
         fetched_at = monotonic()
     while i < n:
         view = views[i]
-        magic = view.magic
-        if stop_at_transactional and magic >= 2 and (<int>view.attributes & TRANSACTIONAL_MASK):
+        if _view_fields == NULL or not _view_fields(view, &vf):
+            _generic_view_fields(view, &vf)
+        if stop_at_transactional and vf.magic >= 2 and (vf.attributes & TRANSACTIONAL_MASK):
             break
-        base_offset = view.base_offset
-        if not (magic == 2 and <int64_t>base_offset >= position
-                and <int64_t>view.record_count == <int64_t>view.last_offset_delta + 1):
+        if not (vf.magic == 2 and vf.base_offset >= position
+                and vf.record_count == <int64_t>vf.last_offset_delta + 1):
             break
         batch = PyType_GenericAlloc(<PyTypeObject *>batch_class, 0)
         _check(_NEW, batch)
-        next_offset = view.next_offset
+        next_offset = PyLong_FromLongLong(vf.base_offset + vf.last_offset_delta + 1)
         _set(batch, f[N_TOPIC], topic)
         _set(batch, f[N_PARTITION], partition)
         _set(batch, f[N_VIEW], view)
         _set(batch, f[N_LEASE], lease)
         _set(batch, f[N_FETCHED_AT], fetched_at)
-        _set(batch, f[N_RECORD_COUNT], view.record_count)
-        _set(batch, f[N_SIZE], view.size)
-        _set(batch, f[N_COMPRESSION], view.compression)
-        _set(batch, f[N_SOURCE_BASE], base_offset)
+        _set(batch, f[N_RECORD_COUNT], PyLong_FromLongLong(vf.record_count))
+        _set(batch, f[N_SIZE], PyLong_FromLongLong(vf.size))
+        _set(batch, f[N_COMPRESSION], PyLong_FromLongLong(vf.attributes & COMPRESSION_MASK))
+        _set(batch, f[N_SOURCE_BASE], PyLong_FromLongLong(vf.base_offset))
         _set(batch, f[N_NEXT_OFFSET], next_offset)
         _set(batch, f[N_REBUILT], None)
         _set(batch, f[N_HIGH_WATERMARK], high_watermark)
@@ -155,6 +192,44 @@ def prepare_usual(list views, Py_ssize_t start, int64_t position, str topic, par
         out.append(batch)
         i += 1
     return out, i
+
+
+# ---- registering and addressing them --------------------------------------------------------
+
+def add_batches(offsets, list batches):
+    """``PartitionOffsets.add_batches(batches)``: its loop without the interpreter (see
+    ``loops.add_batches``); the same check, raised as the method's assertion would be."""
+    _check(_OFFSETS, offsets)
+    cdef Py_ssize_t *b = _BATCH.off
+    end = _get(offsets, _OFFSETS.off[O_END])
+    cdef int64_t fetched_end = end, source_base, next_offset
+    for batch in batches:
+        _check(_BATCH, batch)
+        source_base = _get_int(batch, b[B_SOURCE_BASE])
+        next_offset = _get_int(batch, b[B_NEXT_OFFSET])
+        if not (fetched_end <= source_base
+                and source_base + _get_int(batch, b[B_RECORD_COUNT]) <= next_offset):
+            raise AssertionError(
+                f"batch at {source_base} starts below the fetched end {fetched_end}")
+        _set(batch, b[B_START], end)
+        end = _get(batch, b[B_NEXT_OFFSET])
+        _set(batch, b[B_END], end)
+        fetched_end = next_offset
+    _get(offsets, _OFFSETS.off[O_ENTRIES]).extend(batches)
+    _set(offsets, _OFFSETS.off[O_END], end)
+
+
+def enqueue_run(list batches, str target_topic, target_partition, int64_t last_no):
+    """Address and number ``batches``; see ``loops.enqueue_run``."""
+    cdef Py_ssize_t *b = _BATCH.off
+    cdef int64_t no = last_no
+    for batch in batches:
+        _check(_BATCH, batch)
+        _set(batch, b[B_TARGET_TOPIC], target_topic)
+        _set(batch, b[B_TARGET_PARTITION], target_partition)
+        no += 1
+        if _get_int(batch, b[B_ENQUEUE_NO]) < 0:
+            _set_int(batch, b[B_ENQUEUE_NO], no)
 
 
 # ---- planning a request ---------------------------------------------------------------------
@@ -266,13 +341,24 @@ def request_topics(list picks):
 
 # ---- applying an answer ---------------------------------------------------------------------
 
+cdef int _generic_answer_fields(object part, AnswerFields *out) except -1:
+    """``AnswerFields`` read through ``part``'s attributes (the twin's answer)."""
+    out.partition = part.partition
+    out.error_code = part.error_code
+    out.base_offset = part.base_offset
+    return 0
+
+
 def settle_picks(sink, list picks, response, list acked):
     """Apply a Produce answer's usual outcome; see ``loops.settle_picks``."""
     cdef dict by_tp = {}
+    cdef AnswerFields af
     for item in response.topics:
         topic, parts = <tuple>item
         for part in parts:
-            by_tp[(topic, part.partition)] = part
+            if _answer_fields == NULL or not _answer_fields(part, &af):
+                _generic_answer_fields(part, &af)
+            by_tp[(topic, af.partition)] = part
     cdef dict partitions = sink.partitions
     cdef list rest = []
     cdef int code
@@ -284,7 +370,9 @@ def settle_picks(sink, list picks, response, list acked):
         if part is None:
             rest.append(pick)
             continue
-        code = part.error_code
+        if _answer_fields == NULL or not _answer_fields(part, &af):
+            _generic_answer_fields(part, &af)
+        code = af.error_code
         tq = partitions[ttp]
         _check(_QUEUE, tq)
         if ((code != 0 and code != DUPLICATE_SEQUENCE_NUMBER) or _get(tq, q[Q_UNKNOWN_ATTEMPTS])
@@ -296,7 +384,7 @@ def settle_picks(sink, list picks, response, list acked):
         if _get_int(batch, b[B_STAMP_GENERATION]) >= 0:
             _set(tq, q[Q_ACKED_PRODUCER_ID], _get(batch, b[B_PRODUCER_ID]))
             _set(tq, q[Q_ACKED_PRODUCER_EPOCH], _get(batch, b[B_PRODUCER_EPOCH]))
-        acked.append((batch, part.base_offset if code == 0 else None))
+        acked.append((batch, PyLong_FromLongLong(af.base_offset) if code == 0 else None))
     return by_tp, rest
 
 

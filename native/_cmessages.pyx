@@ -42,6 +42,7 @@ from cpython.bytearray cimport (
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_CheckExact
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -201,6 +202,27 @@ cdef class ProducePartitionResponse:
 
     def __repr__(self):
         return _repr(self, _PRODUCE_PARTITION_FIELDS)
+
+
+# ---- the loops' view of an answer (native/_fields.pxi) -------------------------------------
+
+include "_fields.pxi"
+
+
+cdef int _answer_fields(object part, AnswerFields *out) noexcept:
+    """``AnswerFields`` of ``part`` if it is a ProducePartitionResponse of this module (1),
+    else 0."""
+    if type(part) is not ProducePartitionResponse:
+        return 0
+    cdef ProducePartitionResponse p = <ProducePartitionResponse>part
+    out.base_offset = p.base_offset
+    out.partition = p.partition
+    out.error_code = p.error_code
+    return 1
+
+
+#: ``_answer_fields`` for the engine's native loops (``shallowmirror.engine._cloops``).
+ANSWER_FIELDS = PyCapsule_New(<void *>_answer_fields, ANSWER_FIELDS_CAPSULE, NULL)
 
 
 @cython.final

@@ -29,6 +29,7 @@ from cpython.long cimport (
     PyLong_FromLongLong,
 )
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -298,6 +299,29 @@ cdef class BatchView:
         return (f"BatchView(position={self.position}, base_offset={self.base_offset}, "
                 f"magic={self.magic}, size={self.size}, record_count={self.record_count}, "
                 f"attributes={self.attributes:#x})")
+
+
+# ---- the loops' view of a batch (native/_fields.pxi) ---------------------------------------
+
+include "_fields.pxi"
+
+
+cdef int _view_fields(object view, ViewFields *out) noexcept:
+    """``ViewFields`` of ``view`` if it is a BatchView of this module (1), else 0."""
+    if type(view) is not BatchView:
+        return 0
+    cdef BatchView v = <BatchView>view
+    out.base_offset = v.base_offset
+    out.size = <int64_t>v.batch_length + LOG_OVERHEAD
+    out.last_offset_delta = v.last_offset_delta
+    out.record_count = v.record_count
+    out.magic = v.magic
+    out.attributes = v.attributes
+    return 1
+
+
+#: ``_view_fields`` for the engine's native loops (``shallowmirror.engine._cloops``).
+VIEW_FIELDS = PyCapsule_New(<void *>_view_fields, VIEW_FIELDS_CAPSULE, NULL)
 
 
 @cython.auto_pickle(False)

@@ -19,10 +19,12 @@ def _load_native():
 IMPLEMENTATION, _loops = choose(_twin, _load_native, "engine loops")
 
 prepare_usual = _loops.prepare_usual
+add_batches = _loops.add_batches
+enqueue_run = _loops.enqueue_run
 plan_picks = _loops.plan_picks
 request_topics = _loops.request_topics
 settle_picks = _loops.settle_picks
 ack_batches = _loops.ack_batches
 
-__all__ = ["IMPLEMENTATION", "prepare_usual", "plan_picks", "request_topics", "settle_picks",
-           "ack_batches"]
+__all__ = ["IMPLEMENTATION", "prepare_usual", "add_batches", "enqueue_run", "plan_picks",
+           "request_topics", "settle_picks", "ack_batches"]

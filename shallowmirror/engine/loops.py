@@ -1,9 +1,10 @@
 """The engine's per-batch loops, pure Python (the twin of ``native/_cloops.pyx``).
 
-Four loops run for every forwarded batch, once per fetched partition, Produce request or
-answer: making the batches of a fetched partition (``prepare_usual``), planning a request
-(``plan_picks``), applying an answer's usual outcome (``settle_picks``) and acknowledging the
-batches it wrote (``ack_batches``). They are here, apart from the sink and the engine that
+These loops run for every forwarded batch, once per fetched partition, Produce request or
+answer: making the batches of a fetched partition (``prepare_usual``), registering them with
+the partition's offsets (``add_batches``) and addressing them to a target partition's queue
+(``enqueue_run``), planning a request (``plan_picks``), applying an answer's usual outcome
+(``settle_picks``) and acknowledging the batches it wrote (``ack_batches``). They are here, apart from the sink and the engine that
 call them, so that a native build can run the same loops without one interpreted step per batch
 (``shallowmirror.engine.hotpath`` chooses, as ``shallowmirror.codec`` does for the codec). Each
 handles the usual case only and hands everything else back to the caller's Python, which keeps
@@ -52,6 +53,25 @@ def prepare_usual(views: list, start: int, position: int, topic: str, partition:
                                view.next_offset, None, high_watermark, fetched_at))
         i += 1
     return out, i
+
+
+def add_batches(offsets: Any, batches: list) -> None:
+    """Register a fetched partition's new batches with its offsets (``PartitionOffsets``):
+    the method itself here; the native build runs its loop without the interpreter."""
+    offsets.add_batches(batches)
+
+
+def enqueue_run(batches: list, target_topic: str, target_partition: int, last_no: int) -> None:
+    """Address ``batches`` (one source partition's, in order) to the target partition, and
+    number the ones not numbered yet ``last_no + 1``, ``+ 2``, ... in order (what
+    ``Sinks.forward`` and ``Sink.enqueue`` do one by one)."""
+    no = last_no
+    for batch in batches:
+        batch.target_topic = target_topic
+        batch.target_partition = target_partition
+        no += 1
+        if batch.enqueue_no < 0:
+            batch.enqueue_no = no
 
 
 def can_send(sink: Any, conn: Any, ttp: TTP) -> bool:

@@ -179,17 +179,15 @@ class Sink:
         self.wake.set()
 
     def enqueue_all(self, batches: list[FetchedBatch], ttp: TTP) -> None:
-        """``enqueue`` each of ``batches`` (all for ``ttp``, in order)."""
+        """``enqueue`` each of ``batches`` (all for ``ttp``, in order), addressed to ``ttp``."""
         tq = self.partitions.get(ttp)
         if tq is None:
             for batch in batches:
+                batch.target_topic, batch.target_partition = ttp
                 self.enqueue(batch, ttp)
             return
-        no = self.owner.take_enqueue_nos(len(batches))
-        for batch in batches:
-            no += 1
-            if batch.enqueue_no < 0:
-                batch.enqueue_no = no
+        hotpath.enqueue_run(batches, ttp[0], ttp[1],
+                            self.owner.take_enqueue_nos(len(batches)))
         tq.queue.extend(batches)
         self.wake.set()
 
@@ -712,9 +710,7 @@ class Sinks:
             for batch in batches:         # first sight of the topic, or no leader: one by one
                 self.forward(batch, target_topic, target_partition)
             return
-        for batch in batches:
-            batch.target_topic, batch.target_partition = target_topic, target_partition
-        sink.enqueue_all(batches, ttp)
+        sink.enqueue_all(batches, ttp)    # addresses them to ``ttp`` too
 
     def _queue_of(self, ttp: TTP) -> Sink | None:
         """The sink holding ``ttp``'s queue, where its next batches must go whatever the

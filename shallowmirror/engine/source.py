@@ -284,7 +284,7 @@ class Source:
                                          abandon_pending=False)
                 return
             raise
-        sp.offsets.add_batches(batches)         # asserts source_base >= the fetched end
+        hotpath.add_batches(sp.offsets, batches)   # asserts source_base >= the fetched end
         sp.offsets.add_gap(end)
         self.owner.deliver_all(sp, batches)
         if fault is not None:

@@ -18,10 +18,11 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from shallowmirror import codec
+from shallowmirror.codec import records as records_twin
 from shallowmirror.engine import hotpath, loops
 from shallowmirror.engine.batch import FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
-from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.offsets import OffsetMap, PartitionOffsets
 from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.sink import TargetPartitionQueue
 
@@ -47,7 +48,8 @@ def _views(records: int, size: int, n: int) -> list:
 class World:
     """One random state: a sink's queues, the engine's source partitions, the connections."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, answer_part=None) -> None:
+        answer_part = answer_part or _namespace_part
         rnd = random.Random(seed)
         self.conns = [SimpleNamespace(name="a"), SimpleNamespace(name="b")]
         self.conn = self.conns[0]
@@ -107,8 +109,8 @@ class World:
                 continue                                   # the answer leaves it out
             code = rnd.choice((0, 0, 0, 0, 46, 6, 10, 3))
             base = rnd.choice((None, 0, 1000))
-            by_topic.setdefault(ttp[0], []).append(SimpleNamespace(
-                partition=ttp[1], error_code=code, base_offset=-1 if base is None else base))
+            by_topic.setdefault(ttp[0], []).append(answer_part(
+                ttp[1], code, -1 if base is None else base))
             self.acked.append((batch, base))
         for topic, parts in by_topic.items():
             self.answer.topics.append((topic, parts))
@@ -138,7 +140,7 @@ def _pick_names(world: World, picks: list) -> list:
     return [(ttp, index[id(b)]) for ttp, b in picks]
 
 
-def _fetched_views(seed: int) -> list:
+def _fetched_views(seed: int, split=codec.split_batches) -> list:
     """Views of one fetched partition, some of them unusual: a transactional batch, one with an
     offset gap (compacted), one below the fetch position."""
     rnd = random.Random(seed)
@@ -158,16 +160,22 @@ def _fetched_views(seed: int) -> list:
             built[23:27] = (records + 2).to_bytes(4, "big")   # lastOffsetDelta: a gap
         data += built
         base += records + (3 if kind >= 0.15 and kind < 0.25 else 0)
-    return list(codec.split_batches(bytes(data), verify_crc=False).batches)
+    return list(split(bytes(data), verify_crc=False).batches)
 
 
 def _slots(batch: FetchedBatch) -> tuple:
     return tuple(getattr(batch, name, "<unset>") for name in FetchedBatch.__slots__)
 
 
+# The native loops read a view's fields through the native codec's capsule
+# (``native/_fields.pxi``), anything else (the twin codec's views) by name: both agree.
+SPLITS = {"native views": codec.split_batches, "twin views": records_twin.split_batches}
+
+
+@pytest.mark.parametrize("views_of", SPLITS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_prepare_usual_agrees(seed: int) -> None:
-    views = _fetched_views(seed)
+def test_prepare_usual_agrees(seed: int, views_of: str) -> None:
+    views = _fetched_views(seed, SPLITS[views_of])
     rnd = random.Random(seed)
     position = rnd.choice((0, 0, 1, 3))
     lease = object()
@@ -195,10 +203,25 @@ def test_plan_picks_agree(seed: int) -> None:
     assert results["native"] == results["python"]
 
 
+def _namespace_part(partition: int, code: int, base: int) -> SimpleNamespace:
+    return SimpleNamespace(partition=partition, error_code=code, base_offset=base)
+
+
+def _native_part(partition: int, code: int, base: int) -> object:
+    return pytest.importorskip("shallowmirror.codec._cmessages").ProducePartitionResponse(
+        partition, code, base, -1, -1, [], None)
+
+
+# An answer's partitions as the native codec decodes them (read through its capsule) and as
+# any other object (read by name).
+ANSWER_PARTS = {"native answers": _native_part, "other answers": _namespace_part}
+
+
+@pytest.mark.parametrize("answers", ANSWER_PARTS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_settle_picks_agree(seed: int) -> None:
+def test_settle_picks_agree(seed: int, answers: str) -> None:
     def run(impl) -> tuple:
-        world = World(seed)
+        world = World(seed, ANSWER_PARTS[answers])
         acked: list = []
         by_tp, rest = impl.settle_picks(world.sink, world.picks, world.answer, acked)
         return (sorted(by_tp), _pick_names(world, rest),
@@ -249,3 +272,55 @@ def test_the_engine_runs_the_native_loops_when_built() -> None:
     assert hotpath.IMPLEMENTATION == codec.IMPLEMENTATION
     if hotpath.IMPLEMENTATION == "native":
         assert hotpath.ack_batches is native.ack_batches
+
+
+def _fresh_batches(seed: int) -> list[FetchedBatch]:
+    rnd = random.Random(seed)
+    views = _views(rnd.randint(1, 4), rnd.choice((10, 300)), rnd.randint(0, 6))
+    batches = [FetchedBatch("orders", 3, v, None, v.base_offset, v.next_offset, fetched_at=1.0)
+               for v in views]
+    for batch in batches:
+        batch.enqueue_no = rnd.choice((-1, -1, 5))
+    return batches
+
+
+def _fields(batch: FetchedBatch) -> tuple:
+    """``_slots`` with the view as its repr (each world splits its own views)."""
+    return tuple(repr(v) if isinstance(v, type(batch.view)) else v for v in _slots(batch))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_add_batches_agree(seed: int) -> None:
+    def run(impl) -> tuple:
+        batches = _fresh_batches(seed)
+        offsets = PartitionOffsets(random.Random(seed).choice((0, 0, 1)))
+        try:
+            impl.add_batches(offsets, batches)
+        except AssertionError as err:       # a batch below the fetched end
+            return ("refused", str(err), [_fields(b) for b in batches])
+        return (offsets.pending, [e is b for e, b in zip(offsets._entries, batches, strict=True)],
+                [_fields(b) for b in batches])
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+def test_add_batches_refuses_a_batch_below_the_fetched_end() -> None:
+    for impl in IMPLEMENTATIONS.values():
+        batches = _fresh_batches(1)
+        offsets = PartitionOffsets(batches[0].source_base + 1)
+        with pytest.raises(AssertionError, match="starts below the fetched end"):
+            impl.add_batches(offsets, batches)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_enqueue_run_agrees(seed: int) -> None:
+    def run(impl) -> list:
+        batches = _fresh_batches(seed)
+        impl.enqueue_run(batches, "orders.mirror", 7, 100 + seed)
+        return [_fields(b) for b in batches]
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+    assert all(b[FetchedBatch.__slots__.index("target_topic")] == "orders.mirror"
+               for b in results["native"])
