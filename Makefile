@@ -15,7 +15,7 @@ export KAFKA_HOME
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard native/*.pyx native/*.pxd native/*.pxi)
+$(STAMP): pyproject.toml setup.py $(wildcard native/*.pyx native/*.pxd native/*.pxi native/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -47,3 +47,34 @@ def test_refuses_heads_of_different_length_and_negative_tails():
         NATIVE.updated_crc(0, b"ab", b"a", 0)
     with pytest.raises(ValueError, match="tail_bytes"):
         NATIVE.updated_crc(0, b"ab", b"ab", -1)
+
+
+# ---- the CRC check's own CRC-32C (native/crc32c_hw.h) against the crc32c package ----
+
+CHECK_SIZES = [0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 2303, 2304, 5800, 24_575, 24_576, 24_577,
+               3 * 24_576 + 3 * 768 + 13, 1 << 20]
+
+
+def test_the_check_uses_the_instruction_where_the_cpu_has_it():
+    with open("/proc/cpuinfo") as f:
+        has_it = " sse4_2" in f.read()
+    assert NATIVE.crc32c_implementation() == ("sse4.2" if has_it else "crc32c package")
+
+
+@pytest.mark.parametrize("size", CHECK_SIZES)
+def test_the_check_crc_equals_the_packages_at_every_alignment_and_seed(size):
+    """Each stream length (3 x 8 KiB rounds, 3 x 256 B rounds, 8-byte words, single bytes) and
+    every start alignment (a batch starts anywhere in a fetched frame)."""
+    rng = random.Random(size)
+    data = memoryview(rng.randbytes(size + 8))
+    for offset in range(8):
+        piece = data[offset:offset + size]
+        for seed in (0, 0xFFFFFFFF, rng.getrandbits(32)):
+            assert NATIVE.crc32c(piece, seed) == crc32c(piece, seed), (size, offset, seed)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_check_crc_equals_the_packages_on_random_buffers(seed):
+    rng = random.Random(seed)
+    data = rng.randbytes(rng.randrange(0, 200_000))
+    assert NATIVE.crc32c(data) == crc32c(data)
