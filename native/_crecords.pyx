@@ -116,7 +116,12 @@ cdef extern from "crc32c_hw.h":
     uint32_t sm_crc32c_long[4][256]
     uint32_t sm_crc32c_short[4][256]
     int sm_crc32c_have_hw
+    uint32_t sm_crc32c_x8n_33[4][256]
+    int sm_crc32c_have_clmul
     int sm_crc32c_cpu_has_hw() noexcept nogil
+    int sm_crc32c_cpu_has_clmul() noexcept nogil
+    uint32_t sm_crc32c_delta_hw(const uint8_t *old_head, const uint8_t *new_head,
+                                size_t head_size, uint64_t tail_size) noexcept nogil
     uint32_t sm_crc32c_hw(uint32_t crc, const uint8_t *data, size_t size) noexcept nogil
 
 
@@ -140,8 +145,10 @@ def crc32c(data, uint32_t seed=0):
 
 
 def crc32c_implementation():
-    """"sse4.2" (the instruction, in C) or "crc32c package"."""
-    return "sse4.2" if sm_crc32c_have_hw else "crc32c package"
+    """How the CRC check and the stamp's CRC update run: ("sse4.2" (the instruction, in C) or
+    "crc32c package", "pclmul" (carry-less multiply) or "tables")."""
+    return ("sse4.2" if sm_crc32c_have_hw else "crc32c package",
+            "pclmul" if sm_crc32c_have_clmul else "tables")
 
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
@@ -206,8 +213,16 @@ cdef void _init_hw_crc() noexcept nogil:
         for k in range(256):
             sm_crc32c_long[j][k] = _shift_zeros((<uint32_t>k) << (8 * j), 8192)
             sm_crc32c_short[j][k] = _shift_zeros((<uint32_t>k) << (8 * j), 256)
-    global sm_crc32c_have_hw
+    global sm_crc32c_have_hw, sm_crc32c_have_clmul
     sm_crc32c_have_hw = sm_crc32c_cpu_has_hw()
+    # x**-33: dividing by x undoes a multiply by x (the constant term of P is 1).
+    cdef uint32_t x_minus_33 = X0
+    for k in range(33):
+        x_minus_33 = ((x_minus_33 ^ CRC32C_POLY) << 1) | 1 if x_minus_33 & X0 else x_minus_33 << 1
+    for j in range(4):
+        for k in range(256):
+            sm_crc32c_x8n_33[j][k] = _multiply(x_minus_33, _X8N[j][k])
+    sm_crc32c_have_clmul = sm_crc32c_cpu_has_clmul()
 
 
 _init_hw_crc()
@@ -239,6 +254,9 @@ cdef inline uint32_t _shift_zeros(uint32_t crc, uint64_t n) noexcept nogil:
 cdef inline uint32_t _updated_crc(uint32_t old_crc, const uint8_t *old_head,
                                   const uint8_t *new_head, Py_ssize_t head_size,
                                   Py_ssize_t tail_size) noexcept nogil:
+    if sm_crc32c_have_clmul:
+        return old_crc ^ sm_crc32c_delta_hw(old_head, new_head, <size_t>head_size,
+                                            <uint64_t>tail_size)
     cdef uint32_t crc = 0
     cdef Py_ssize_t i
     for i in range(head_size):

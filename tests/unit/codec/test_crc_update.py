@@ -55,10 +55,15 @@ CHECK_SIZES = [0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 2303, 2304, 5800, 24_575,
                3 * 24_576 + 3 * 768 + 13, 1 << 20]
 
 
-def test_the_check_uses_the_instruction_where_the_cpu_has_it():
+def test_the_instructions_are_used_where_the_cpu_has_them():
+    """The CRC check uses SSE4.2's crc32, the stamp's update also PCLMUL: the tests above then
+    hold those paths to the package's full CRC (on this machine, whichever it has)."""
     with open("/proc/cpuinfo") as f:
-        has_it = " sse4_2" in f.read()
-    assert NATIVE.crc32c_implementation() == ("sse4.2" if has_it else "crc32c package")
+        flags = f.read()
+    sse42 = " sse4_2" in flags
+    assert NATIVE.crc32c_implementation() == (
+        "sse4.2" if sse42 else "crc32c package",
+        "pclmul" if sse42 and " pclmulqdq" in flags else "tables")
 
 
 @pytest.mark.parametrize("size", CHECK_SIZES)
