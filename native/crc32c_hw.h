@@ -91,43 +91,40 @@ static uint32_t sm_crc32c_delta_hw(const unsigned char *old_head, const unsigned
     return (uint32_t)crc;
 }
 
+/* Rounds of three ``stream``-byte streams while three are left: each stream's crc32 chain
+ * runs beside the others (the instruction's latency hidden), then the first is shifted over
+ * the second's bytes and joined to it, and again to the third (``zeros``: that shift). */
+__attribute__((target("sse4.2"), always_inline))
+static inline uint64_t sm_crc32c_rounds(uint64_t crc0, const unsigned char **next, size_t *len,
+                                        size_t stream, uint32_t zeros[4][256]) {
+    while (*len >= stream * 3) {
+        uint64_t crc1 = 0, crc2 = 0;
+        const unsigned char *p = *next, *end = p + stream;
+        do {
+            crc0 = _mm_crc32_u64(crc0, sm_load64(p));
+            crc1 = _mm_crc32_u64(crc1, sm_load64(p + stream));
+            crc2 = _mm_crc32_u64(crc2, sm_load64(p + 2 * stream));
+            p += 8;
+        } while (p < end);
+        crc0 = sm_crc32c_shift(zeros, (uint32_t)crc0) ^ crc1;
+        crc0 = sm_crc32c_shift(zeros, (uint32_t)crc0) ^ crc2;
+        *next = p + 2 * stream;
+        *len -= 3 * stream;
+    }
+    return crc0;
+}
+
 /* The CRC-32C of ``len`` bytes at ``buf`` continuing from ``crc`` (0 to start). */
 __attribute__((target("sse4.2")))
 static uint32_t sm_crc32c_hw(uint32_t crc, const unsigned char *next, size_t len) {
-    uint64_t crc0 = crc ^ 0xffffffffu, crc1, crc2;
+    uint64_t crc0 = crc ^ 0xffffffffu;
     const unsigned char *end;
     while (len && ((uintptr_t)next & 7) != 0) {
         crc0 = _mm_crc32_u8((uint32_t)crc0, *next++);
         len--;
     }
-    while (len >= SM_CRC32C_LONG * 3) {
-        crc1 = crc2 = 0;
-        end = next + SM_CRC32C_LONG;
-        do {
-            crc0 = _mm_crc32_u64(crc0, sm_load64(next));
-            crc1 = _mm_crc32_u64(crc1, sm_load64(next + SM_CRC32C_LONG));
-            crc2 = _mm_crc32_u64(crc2, sm_load64(next + 2 * SM_CRC32C_LONG));
-            next += 8;
-        } while (next < end);
-        crc0 = sm_crc32c_shift(sm_crc32c_long, (uint32_t)crc0) ^ crc1;
-        crc0 = sm_crc32c_shift(sm_crc32c_long, (uint32_t)crc0) ^ crc2;
-        next += SM_CRC32C_LONG * 2;
-        len -= SM_CRC32C_LONG * 3;
-    }
-    while (len >= SM_CRC32C_SHORT * 3) {
-        crc1 = crc2 = 0;
-        end = next + SM_CRC32C_SHORT;
-        do {
-            crc0 = _mm_crc32_u64(crc0, sm_load64(next));
-            crc1 = _mm_crc32_u64(crc1, sm_load64(next + SM_CRC32C_SHORT));
-            crc2 = _mm_crc32_u64(crc2, sm_load64(next + 2 * SM_CRC32C_SHORT));
-            next += 8;
-        } while (next < end);
-        crc0 = sm_crc32c_shift(sm_crc32c_short, (uint32_t)crc0) ^ crc1;
-        crc0 = sm_crc32c_shift(sm_crc32c_short, (uint32_t)crc0) ^ crc2;
-        next += SM_CRC32C_SHORT * 2;
-        len -= SM_CRC32C_SHORT * 3;
-    }
+    crc0 = sm_crc32c_rounds(crc0, &next, &len, SM_CRC32C_LONG, sm_crc32c_long);
+    crc0 = sm_crc32c_rounds(crc0, &next, &len, SM_CRC32C_SHORT, sm_crc32c_short);
     end = next + (len - (len & 7));
     while (next < end) {
         crc0 = _mm_crc32_u64(crc0, sm_load64(next));

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -54,7 +55,6 @@ from shallowmirror import codec as codec_impl
 from shallowmirror.bench.machine import python_reference_us
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.testing import clusters as test_clusters
-from shallowmirror.testing import embedded
 from shallowmirror.testing.workload import Workload, create_topic, load
 
 HERE = Path(__file__).resolve().parent
@@ -311,14 +311,11 @@ def main() -> int:
                              "most one batch of each)")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
-    external = embedded.external_from_env()
-    flavor = "external" if external else test_clusters.broker_flavor(
-        args.broker or ("kafka" if args.kafka_home else None))
-    ctx = (test_clusters.started_clusters(flavor, "source", "target", kafka_home=args.kafka_home)
-           if external is None else None)
-    clusters = external or ctx.__enter__()
+    stack = contextlib.ExitStack()
+    flavor, clusters = stack.enter_context(
+        test_clusters.source_and_target(args.broker, args.kafka_home))
     source, target = clusters[0].bootstrap, clusters[1].bootstrap
-    broker_pids = [c.pid for c in clusters] if ctx is not None else []
+    broker_pids = [c.pid for c in clusters] if flavor != "external" else []
     # CPU per GB differs 2-3x between the hosts sessions run on, for the same code: this
     # (machine.python_reference_us) says which host a figure comes from.
     host_reference = python_reference_us()
@@ -387,8 +384,7 @@ def main() -> int:
                     r.setdefault("fetch_only_mb_s", fr.get("fetch_only_mb_s"))
                 _print_row(name, codec, batch_bytes, total_bytes, total_batches, runs[name])
     finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
+        stack.close()
     return 0
 
 

@@ -25,7 +25,6 @@ topic and group:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -42,7 +41,6 @@ import psutil
 
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.testing import clusters as test_clusters
-from shallowmirror.testing import embedded
 from shallowmirror.testing.topics import read_topic, tally_copies
 from shallowmirror.testing.workload import Workload, create_topic, load
 
@@ -179,10 +177,7 @@ def main() -> int:
     work = Path(f"/tmp/bench-resume-{os.getpid()}")
     work.mkdir(parents=True, exist_ok=True)
     rng = random.Random(12)
-    external = embedded.external_from_env()
-    with (test_clusters.started_clusters(test_clusters.broker_flavor(args.broker), "source",
-                                         "target") if external is None
-          else contextlib.nullcontext(external)) as (src, dst):
+    with test_clusters.source_and_target(args.broker) as (flavor, (src, dst)):
         source, target = src.bootstrap, dst.bootstrap
         results = [kill_run(source, target, mode, args, work, rng) for mode in MODES]
         cpu, compressed = [], 0
@@ -199,8 +194,7 @@ def main() -> int:
     with open(args.out, "a") as out:
         for row in results + cpu:
             out.write(json.dumps(row) + "\n")
-    where = ("clusters from the environment" if external is not None
-             else test_clusters.broker_flavor(args.broker))
+    where = "clusters from the environment" if flavor == "external" else flavor
     print(f"{args.records} {args.codec} records in {args.partitions} partitions, "
           f"`shallowmirror mirror` killed (-9) while batches move, on {where}:")
     for r in results:

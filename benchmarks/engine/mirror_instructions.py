@@ -43,7 +43,6 @@ from bench_mirror import _bytes_of, _source_ends  # noqa: E402
 
 from shallowmirror.bench.watermarks import HighWatermarks  # noqa: E402
 from shallowmirror.testing import clusters as test_clusters  # noqa: E402
-from shallowmirror.testing import embedded  # noqa: E402
 from shallowmirror.testing.workload import Workload, create_topic, load  # noqa: E402
 
 #: callgrind's count of what it collected ("summary:" near the top is the count before it was
@@ -130,16 +129,10 @@ def main() -> int:
     trees = [("new", os.environ.get("PYTHONPATH", ""))]
     if args.baseline:
         trees.append(("base", args.baseline))
-    external = embedded.external_from_env()
-    flavor = "external" if external else test_clusters.broker_flavor(
-        args.broker or ("kafka" if args.kafka_home else None))
-    ctx = (test_clusters.started_clusters(flavor, "source", "target", kafka_home=args.kafka_home)
-           if external is None else None)
-    clusters = external or ctx.__enter__()
-    source, target = clusters[0].bootstrap, clusters[1].bootstrap
-    print(f"brokers {flavor}; {args.records} {args.codec} records of {args.value_bytes} B; "
-          f"{args.partitions} partitions", flush=True)
-    try:
+    with test_clusters.source_and_target(args.broker, args.kafka_home) as (flavor, clusters):
+        source, target = clusters[0].bootstrap, clusters[1].bootstrap
+        print(f"brokers {flavor}; {args.records} {args.codec} records of {args.value_bytes} B; "
+              f"{args.partitions} partitions", flush=True)
         for batch_bytes in (int(b) for b in args.batch_bytes.split(",")):
             loaded = [_load(source, args, batch_bytes, records)
                       for records in (args.records, max(1, args.records // 10))]
@@ -156,9 +149,6 @@ def main() -> int:
                       f"per batch, {per_mb:9,.0f} per MB; {fixed / 1e6:5.0f}M fixed (start-up "
                       f"work after ready), {big_count / big_batches:9,.0f} per batch with it",
                       flush=True)
-    finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
     return 0
 
 

@@ -48,6 +48,21 @@ def started_clusters(flavor: str, *aliases: str, log_dir=None,
             yield started
 
 
+@contextlib.contextmanager
+def source_and_target(broker: str | None = None, kafka_home=None) -> Iterator[tuple[str, list]]:
+    """(flavor, [source, target]) for a benchmark: the clusters given by
+    ``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` (flavor "external", nothing started), else two
+    started here and stopped on exit: ``broker``'s flavor, or Kafka when ``kafka_home`` is
+    given, or ``broker_flavor``'s default."""
+    external = embedded.external_from_env()
+    if external is not None:
+        yield "external", list(external)
+        return
+    flavor = broker_flavor(broker or ("kafka" if kafka_home else None))
+    with started_clusters(flavor, "source", "target", kafka_home=kafka_home) as started:
+        yield flavor, started
+
+
 def stop_all() -> None:
     """Stop every cluster of any flavor this process started."""
     embedded.stop_all()
