@@ -144,6 +144,17 @@ def crc32c(data, uint32_t seed=0):
         PyBuffer_Release(&pybuf)
 
 
+def use_crc_instructions(bint enabled):
+    """Use the CPU's crc32 and carry-less multiply instructions where it has them (the default),
+    or not (``enabled`` False: the crc32c package and the table code, as on a CPU without
+    them), so the tests run both paths on any machine. Returns the previous setting."""
+    global sm_crc32c_have_hw, sm_crc32c_have_clmul
+    previous = bool(sm_crc32c_have_hw or sm_crc32c_have_clmul)
+    sm_crc32c_have_hw = sm_crc32c_cpu_has_hw() if enabled else 0
+    sm_crc32c_have_clmul = sm_crc32c_cpu_has_clmul() if enabled else 0
+    return previous
+
+
 def crc32c_implementation():
     """How the CRC check and the stamp's CRC update run: ("sse4.2" (the instruction, in C) or
     "crc32c package", "pclmul" (carry-less multiply) or "tables")."""

@@ -14,6 +14,15 @@ from tests.unit.codec.batches import NATIVE
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="native codec not built")
 
 
+@pytest.fixture(autouse=True, params=["cpu instructions", "portable"])
+def crc_path(request):
+    """Every test on both paths: the CPU's crc32/PCLMUL instructions where it has them, and the
+    crc32c package with the table code (what a CPU without them runs)."""
+    previous = NATIVE.use_crc_instructions(request.param == "cpu instructions")
+    yield request.param
+    NATIVE.use_crc_instructions(previous)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_equals_the_crc_of_the_whole_changed_message(seed):
     rng = random.Random(seed)
@@ -55,12 +64,12 @@ CHECK_SIZES = [0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 2303, 2304, 5800, 24_575,
                3 * 24_576 + 3 * 768 + 13, 1 << 20]
 
 
-def test_the_instructions_are_used_where_the_cpu_has_them():
-    """The CRC check uses SSE4.2's crc32, the stamp's update also PCLMUL: the tests above then
-    hold those paths to the package's full CRC (on this machine, whichever it has)."""
+def test_the_instructions_are_used_where_the_cpu_has_them(crc_path):
+    """The CRC check uses SSE4.2's crc32, the stamp's update also PCLMUL, where the CPU has
+    them (the "portable" run switches them off, as a CPU without them would)."""
     with open("/proc/cpuinfo") as f:
         flags = f.read()
-    sse42 = " sse4_2" in flags
+    sse42 = " sse4_2" in flags and crc_path == "cpu instructions"
     assert NATIVE.crc32c_implementation() == (
         "sse4.2" if sse42 else "crc32c package",
         "pclmul" if sse42 and " pclmulqdq" in flags else "tables")
