@@ -4,12 +4,12 @@ These loops run for every forwarded batch, once per fetched partition, Produce r
 answer: making the batches of a fetched partition (``prepare_usual``), registering them with
 the partition's offsets (``add_batches``) and addressing them to a target partition's queue
 (``enqueue_run``), planning a request (``plan_picks``), applying an answer's usual outcome
-(``settle_picks``) and acknowledging the batches it wrote (``ack_batches``). They are here, apart from the sink and the engine that
-call them, so that a native build can run the same loops without one interpreted step per batch
-(``shallowmirror.engine.hotpath`` chooses, as ``shallowmirror.codec`` does for the codec). Each
-handles the usual case only and hands everything else back to the caller's Python, which keeps
-every decision about errors, retries and hooks; the differential tests hold both builds to the
-same results on the same objects.
+(``settle_picks``) and acknowledging the batches it wrote (``ack_batches``). They are here,
+apart from the sink and the engine that call them, so that a native build can run the same
+loops without one interpreted step per batch (``shallowmirror.engine.hotpath`` chooses, as
+``shallowmirror.codec`` does for the codec). Each handles the usual case only and hands
+everything else back to the caller's Python, which keeps every decision about errors, retries
+and hooks; the differential tests hold both builds to the same results on the same objects.
 """
 
 from __future__ import annotations
