@@ -21,6 +21,7 @@ from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int16_t, int32_t, int64_t
 
 import asyncio
@@ -29,11 +30,7 @@ from time import monotonic
 from shallowmirror.codec.layout import COMPRESSION_MASK as _COMPRESSION_MASK
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK as _TRANSACTIONAL_MASK
 from shallowmirror.engine.loops import DUPLICATE_SEQUENCE_NUMBER as _DUPLICATE_SEQUENCE_NUMBER
-from shallowmirror.engine.packing import (
-    PARTITION_OVERHEAD_BYTES,
-    REQUEST_OVERHEAD_BYTES,
-    topic_overhead_bytes,
-)
+from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES
 
 cdef extern from "Python.h":
     object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
@@ -43,6 +40,14 @@ cdef int TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK
 cdef int COMPRESSION_MASK = _COMPRESSION_MASK
 cdef int64_t _PARTITION_OVERHEAD = PARTITION_OVERHEAD_BYTES
 cdef int64_t _REQUEST_OVERHEAD = REQUEST_OVERHEAD_BYTES
+
+
+cdef inline int64_t topic_overhead_bytes(str topic) except -1:
+    """``packing.topic_overhead_bytes`` without a Python call: name length (its UTF-8 bytes,
+    which a str keeps once asked) and partition array count."""
+    cdef Py_ssize_t size
+    PyUnicode_AsUTF8AndSize(topic, &size)
+    return 2 + size + 4
 
 
 # ---- slot access (native/_slots.pxi) ------------------------------------------------------

@@ -1,6 +1,6 @@
 """Type stub for the native message codec; same interface as ``shallowmirror.codec.messages``."""
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 
 from shallowmirror.codec.contract import BufferLike, TopicBatches
 
@@ -66,6 +66,7 @@ class ProduceResponse:
 def decode_fetch_response(frame: BufferLike, version: int) -> FetchResponse: ...
 def decode_produce_response(frame: BufferLike, version: int) -> ProduceResponse: ...
 def receive_buffer(size: int) -> bytearray: ...
+def produce_response_min_bytes(version: int, topics: Sequence[tuple[str, Sized]]) -> int: ...
 def encode_produce_request(*, version: int, correlation_id: int, client_id: str | None,
                            transactional_id: str | None, acks: int, timeout_ms: int,
                            topics: Sequence[TopicBatches],

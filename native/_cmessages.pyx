@@ -45,7 +45,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.pycapsule cimport PyCapsule_New
 from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
 from cpython.tuple cimport PyTuple_CheckExact
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
@@ -831,3 +831,38 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
 def join_request(buffers):
     """The request as one bytes object (for transports without scatter/gather, and tests)."""
     return b"".join(buffers)
+
+
+cdef inline int64_t _uvarint_len(uint64_t value) noexcept:
+    cdef int64_t n = 1
+    while value > 0x7F:
+        value >>= 7
+        n += 1
+    return n
+
+
+def produce_response_min_bytes(int version, topics):
+    """The smallest Produce response (v3..v9) the request built from ``topics`` can get, on the
+    wire with its size prefix; see the twin. Computed here because the engine asks once per
+    request (a connection that wakes once per several answers needs it for SO_RCVLOWAT)."""
+    cdef bint flexible = version >= PRODUCE_FIRST_FLEXIBLE
+    cdef int64_t per_partition = 4 + 2 + 8 + 8 + (8 if version >= 5 else 0)
+    cdef int64_t size, name, count
+    cdef Py_ssize_t utf8_len
+    if version >= 8:
+        per_partition += 2 if flexible else 4 + 2   # record_errors [] and a null error_message
+    if flexible:
+        per_partition += 1                          # tagged fields
+    size = 4 + 4 + (1 if flexible else 0)           # size, correlation id, header tags
+    for entry in topics:
+        topic, partitions = entry
+        PyUnicode_AsUTF8AndSize(topic, &utf8_len)    # no copy: a str keeps its UTF-8 form
+        name = utf8_len
+        count = len(partitions)
+        if flexible:
+            size += _uvarint_len(name + 1) + name + _uvarint_len(count + 1) + 1
+        else:
+            size += 2 + name + 4
+        size += count * per_partition
+    size += _uvarint_len(len(topics) + 1) if flexible else 4  # the topics array's length
+    return size + 4 + (1 if flexible else 0)                  # throttle_time_ms, tags

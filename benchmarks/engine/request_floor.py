@@ -40,7 +40,7 @@ from shallowmirror import codec
 from shallowmirror.bench import topics as bench_topics
 from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.net import Cluster
-from shallowmirror.net.protocol import produce_response_min_bytes, versions
+from shallowmirror.net.protocol import versions
 from shallowmirror.testing import clusters as test_clusters
 
 LZ4 = 3
@@ -78,7 +78,7 @@ async def measure(bootstrap: str, batches: list[bytes], megabytes: int,
         parts = [(p, ((memoryview(b),),)) for p, b in enumerate(batches)]
         request_bytes = sum(len(b) for b in batches)
         total = _request_count(megabytes, request_bytes)
-        answer_bytes = produce_response_min_bytes(version, [(TOPIC, len(batches))])
+        answer_bytes = codec.produce_response_min_bytes(version, [(TOPIC, parts)])
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         state = {"sent": 0, "answered": 0, "outstanding": 0, "measuring": False}

@@ -30,6 +30,7 @@ stamp_batches = _records.stamp_batches
 decode_fetch_response = _messages.decode_fetch_response
 encode_produce_request = _messages.encode_produce_request
 decode_produce_response = _messages.decode_produce_response
+produce_response_min_bytes = _messages.produce_response_min_bytes
 receive_buffer = _messages.receive_buffer
 
 __all__ = [
@@ -41,5 +42,6 @@ __all__ = [
     "decode_fetch_response",
     "encode_produce_request",
     "decode_produce_response",
+    "produce_response_min_bytes",
     "receive_buffer",
 ]

@@ -19,7 +19,7 @@ I/O, and requests other than Fetch/Produce (kafka-python's protocol classes enco
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence, Sized
 from typing import Any, Protocol, runtime_checkable
 
 BufferLike = bytes | bytearray | memoryview
@@ -184,6 +184,13 @@ class Codec(Protocol):
 
     def decode_produce_response(self, frame: BufferLike, version: int) -> ProduceResponse:
         """Decode a Produce response frame (after the size prefix) for versions 3..9."""
+
+    def produce_response_min_bytes(self, version: int,
+                                   topics: Sequence[tuple[str, Sized]]) -> int:
+        """The fewest bytes (size prefix included) a Produce response (v3..v9) to the request
+        built from ``topics`` (as given to ``encode_produce_request``: each topic's name and
+        number of partitions are read) can have: every partition answered without an error
+        text or record errors. A real answer is never shorter."""
 
     def receive_buffer(self, size: int) -> bytearray:
         """A bytearray of ``size`` bytes to receive one response frame into. Its contents are

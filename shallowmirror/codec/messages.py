@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 
 from shallowmirror.errors import CorruptDataError, Where
 
@@ -437,6 +437,39 @@ def decode_produce_response(frame, version: int) -> ProduceResponse:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
+
+def produce_response_min_bytes(version: int, topics: Sequence[tuple[str, Sized]]) -> int:
+    """The smallest Produce response (v3..v9) the request built from ``topics`` (as given to
+    ``encode_produce_request``; only each topic's name and number of partitions are read) can
+    get, on the wire with its 4-byte size prefix: every partition answered with no error
+    message, no record errors, no tagged fields. A real answer is never shorter (errors only
+    add text), which is what ``BrokerConnection.coalesce_answers`` relies on."""
+    flexible = version >= PRODUCE_FIRST_FLEXIBLE
+    per_partition = 4 + 2 + 8 + 8 + (8 if version >= 5 else 0)   # index .. log_start_offset
+    if version >= 8:
+        per_partition += 2 if flexible else 4 + 2   # record_errors [] and a null error_message
+    if flexible:
+        per_partition += 1                          # tagged fields
+    size = 4 + 4 + (1 if flexible else 0)           # size, correlation id, header tags
+    for topic, partitions in topics:
+        name = len(topic.encode())
+        count = len(partitions)
+        if flexible:
+            size += _uvarint_len(name + 1) + name + _uvarint_len(count + 1) + 1
+        else:
+            size += 2 + name + 4
+        size += count * per_partition
+    size += _uvarint_len(len(topics) + 1) if flexible else 4  # the topics array's length
+    return size + 4 + (1 if flexible else 0)                  # throttle_time_ms, tags
+
+
+def _uvarint_len(value: int) -> int:
+    n = 1
+    while value > 0x7F:
+        value >>= 7
+        n += 1
+    return n
+
 
 def uvarint(value: int) -> bytes:
     """An unsigned varint (flexible-version lengths; the base of record-level zigzag varints)."""

@@ -36,6 +36,8 @@ class Signal:
         self._waiters: set[asyncio.Future] = set()
 
     def notify(self) -> None:
+        if not self._waiters:            # the usual case: called a few times per request
+            return
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)

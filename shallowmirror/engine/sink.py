@@ -19,7 +19,7 @@ engine in one call.
 
 With several requests in flight the connection wakes the loop once three answers are there,
 not for each (``target.answers.per.wakeup``: the socket's SO_RCVLOWAT is set from a lower bound of
-the answers' sizes, ``net.protocol.produce_response_min_bytes``): a wake-up costs more than a
+the answers' sizes, ``codec.produce_response_min_bytes``): a wake-up costs more than a
 small request's own work, and the requests still in flight keep the broker busy meanwhile.
 
 Sending costs no task: when the lane's connection is open, the loop encodes and writes the
@@ -45,7 +45,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kafka import errors as Errors
@@ -69,7 +69,7 @@ from shallowmirror.errors import (
     broker_error_info,
 )
 from shallowmirror.net import BrokerConnection, Cluster
-from shallowmirror.net.protocol import produce_response_min_bytes, versions
+from shallowmirror.net.protocol import versions
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +283,7 @@ class Sink:
         self.requests_sent += 1
         answer_bytes = 0
         if self.answers_per_wakeup > 1:
-            answer_bytes = produce_response_min_bytes(
-                version, [(topic, len(parts)) for topic, parts in topics])
+            answer_bytes = codec.produce_response_min_bytes(version, topics)
         return version, cid, buffers, answer_bytes
 
     # ---- fast path: an open connection, the response applied by the connection's callback ----
@@ -311,7 +310,11 @@ class Sink:
         if sent is None:                 # abandoned at shutdown (``abandon_requests``)
             return
         picks, version = sent
-        self._settle_outside_task(picks, version, frame, error, wake=False)
+        try:                             # _settle_outside_task, without its call
+            self._settle(picks, version, frame, error, wake=False)
+        except Exception as err:
+            self.owner.runtime.supervisor.work_failed(
+                err, what=self._describe(picks), where=self._where(picks))
         try:
             if self.owner.stopped or self._pump() is not None:
                 self.wake.set()
@@ -548,6 +551,11 @@ class Sinks:
         settings = runtime.settings
         self.runtime = runtime
         self.events = events
+        many = getattr(events, "batches_acked", None)
+        #: The batches one Produce response acknowledged, in request order: ``events``' own
+        #: ``batches_acked`` where it has one (looked up once, not once a request).
+        self.batches_acked: Callable[[list[tuple[FetchedBatch, int | None]]], None] = (
+            many if many is not None else self._acked_one_by_one)
         self.alias = alias
         self.source_alias = source_alias
         self.cluster: Cluster | None = None
@@ -632,12 +640,7 @@ class Sinks:
     def batch_acked(self, batch: FetchedBatch, target_base: int | None) -> None:
         self.events.batch_acked(batch, target_base)
 
-    def batches_acked(self, acked: list[tuple[FetchedBatch, int | None]]) -> None:
-        """The batches one Produce response acknowledged, in request order."""
-        many = getattr(self.events, "batches_acked", None)
-        if many is not None:
-            many(acked)
-            return
+    def _acked_one_by_one(self, acked: list[tuple[FetchedBatch, int | None]]) -> None:
         for batch, target_base in acked:
             self.events.batch_acked(batch, target_base)
 

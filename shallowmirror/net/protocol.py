@@ -30,7 +30,6 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from shallowmirror.codec.messages import (
     FETCH_VERSIONS,
     PRODUCE_API_KEY,
-    PRODUCE_FIRST_FLEXIBLE,
     PRODUCE_VERSIONS,
 )
 
@@ -94,36 +93,3 @@ def _forgotten(partitions: Iterable[tuple[str, int]]) -> list:
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
     return [FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
-
-
-def produce_response_min_bytes(version: int, topics: Iterable[tuple[str, int]]) -> int:
-    """The smallest Produce response (v3..v9) a request for ``(topic, partition count)`` can get,
-    on the wire with its 4-byte size prefix: every partition answered with no error message, no
-    record errors, no tagged fields. A real answer is never shorter (errors only add text), which
-    is what ``BrokerConnection.coalesce_answers`` relies on."""
-    flexible = version >= PRODUCE_FIRST_FLEXIBLE
-    per_partition = 4 + 2 + 8 + 8 + (8 if version >= 5 else 0)   # index .. log_start_offset
-    if version >= 8:
-        per_partition += 2 if flexible else 4 + 2   # record_errors [] and a null error_message
-    if flexible:
-        per_partition += 1                          # tagged fields
-    size = 4 + 4 + (1 if flexible else 0)           # size, correlation id, header tags
-    count = 0
-    for topic, partitions in topics:
-        count += 1
-        name = len(topic.encode())
-        if flexible:
-            size += _uvarint_len(name + 1) + name + _uvarint_len(partitions + 1) + 1
-        else:
-            size += 2 + name + 4
-        size += partitions * per_partition
-    size += _uvarint_len(count + 1) if flexible else 4      # the topics array's length
-    return size + 4 + (1 if flexible else 0)                  # throttle_time_ms, tags
-
-
-def _uvarint_len(value: int) -> int:
-    n = 1
-    while value > 0x7F:
-        value >>= 7
-        n += 1
-    return n

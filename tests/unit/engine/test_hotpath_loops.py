@@ -23,12 +23,12 @@ from shallowmirror.engine import hotpath, loops
 from shallowmirror.engine.batch import FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.offsets import OffsetMap, PartitionOffsets
-from shallowmirror.engine.packing import Rotation
+from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES, Rotation
 from shallowmirror.engine.sink import TargetPartitionQueue
 
 native = pytest.importorskip("shallowmirror.engine._cloops")
 IMPLEMENTATIONS = {"python": loops, "native": native}
-TOPICS = ("orders", "payments-eu")
+TOPICS = ("orders", "zahlungen-\u00fcber")   # a name whose UTF-8 bytes outnumber its characters
 SEEDS = range(60)
 
 
@@ -201,6 +201,34 @@ def test_plan_picks_agree(seed: int) -> None:
 
     results = {name: asyncio.run(run(impl)) for name, impl in IMPLEMENTATIONS.items()}
     assert results["native"] == results["python"]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS.values(), ids=IMPLEMENTATIONS.keys())
+@pytest.mark.parametrize("topic", TOPICS)
+def test_plan_counts_topic_names_in_utf8_bytes(impl, topic: str) -> None:
+    """A request exactly as large as ``max.request.size`` goes; one byte more is too large,
+    with the topic's name counted in its UTF-8 bytes (the random states never land on the
+    byte where characters and bytes differ)."""
+    async def plan(max_request_bytes: int) -> tuple[int, int]:
+        view = _views(2, 300, 1)[0]
+        batch = FetchedBatch(topic, 0, view, None, view.base_offset, view.next_offset)
+        tq = TargetPartitionQueue()
+        tq.queue.append(batch)
+        rotation = Rotation()
+        rotation.add((topic, 0))
+        identity = SimpleNamespace(idempotent=False, producer_id=-1, producer_epoch=-1)
+        sink = SimpleNamespace(
+            partitions={(topic, 0): tq}, queues={(topic, 0): tq.queue}, rotation=rotation,
+            owner=SimpleNamespace(identity=identity, identity_resetting=False), per_partition=5,
+            max_request_bytes=max_request_bytes)
+        picks, too_large = impl.plan_picks(sink, SimpleNamespace())
+        return len(picks), len(too_large)
+
+    view = _views(2, 300, 1)[0]
+    needed = (REQUEST_OVERHEAD_BYTES + view.size + PARTITION_OVERHEAD_BYTES
+              + 2 + len(topic.encode()) + 4)
+    assert asyncio.run(plan(needed)) == (1, 0)
+    assert asyncio.run(plan(needed - 1)) == (0, 1)
 
 
 def _namespace_part(partition: int, code: int, base: int) -> SimpleNamespace:

@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator
 import pytest
 from kafka.protocol.producer import ProduceResponse
 
+from shallowmirror.codec import produce_response_min_bytes
 from shallowmirror.net.config import client_settings
 from shallowmirror.net.connection import (
     _FRAME_WAKE_BYTES,
     BrokerConnection,
     RequestTimedOutError,
 )
-from shallowmirror.net.protocol import produce_response_min_bytes
 from shallowmirror.testing.fake_cluster import api_versions_response
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -108,7 +108,7 @@ async def send(conn: BrokerConnection, server: Server, partitions: int,
 
     conn.send_with_callback([struct.pack(">i", len(header)) + header], cid, done,
                             timeout_ms=timeout_ms, min_response_bytes=produce_response_min_bytes(
-                                VERSION, [("t", partitions)]))
+                                VERSION, [("t", range(partitions))]))
     assert await asyncio.wait_for(server.requests.get(), 5) == cid
     return cid
 
