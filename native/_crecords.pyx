@@ -303,6 +303,11 @@ cdef object _corrupt(str message, object topic, object partition, int64_t offset
 # No pickling: Cython's generated __setstate__ would let any caller set position and lengths,
 # which the functions below trust (they came from split_batches). The twin's views do not
 # pickle either (they hold a memoryview).
+# Not tracked by the cyclic garbage collector: a view's one reference is the buffer it was split
+# from (a fetch frame: bytes, bytearray or a memoryview of one), which cannot refer back to it,
+# so no view is ever part of a cycle; untracked, the thousands in flight are not walked by every
+# young collection.
+@cython.no_gc
 @cython.auto_pickle(False)
 cdef class BatchView:
     """One batch (or legacy entry) of a record set; ``buffer`` aliases the caller's bytes."""

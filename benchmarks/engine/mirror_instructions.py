@@ -71,7 +71,7 @@ def count_mirror(source: str, target: str, topic: str, partitions: int,
                "--set", f"group.id=g{prefix}"]
         # cwd too: ``python -m`` puts the working directory ahead of PYTHONPATH.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": pythonpath},
+                                env={"PYTHONHASHSEED": "0", **os.environ, "PYTHONPATH": pythonpath},
                                 cwd=pythonpath or None)
         try:
             line = proc.stdout.readline()

@@ -394,23 +394,22 @@ class EngineCore:
         """Acknowledgements (one Produce response's), applied in order, with one progress
         notification. Whether a hook listens or metrics record is read once per response."""
         try:
-            ack_one = self._ack_one
             hooked = bool(self.hooks.batch_acknowledged)
             recording = self.metrics.recording
             if hooked or recording or not self.runtime.startup.done:
                 for batch, target_base in acked:
-                    ack_one(batch, target_base, hooked, recording)
+                    self._ack_one(batch, target_base, hooked, recording)
                 return
             # The usual batches (what _ack_one does for them, without its calls: this runs
             # once per forwarded batch) in one call (hotpath); from the first other one on,
             # one at a time, each then the usual ones after it again.
-            done = 0
+            done = hotpath.ack_batches(self.partitions, acked)
             while done < len(acked):
-                done += hotpath.ack_batches(self.partitions, acked[done:] if done else acked)
+                batch, target_base = acked[done]
+                self._ack_one(batch, target_base, False, False)
+                done += 1
                 if done < len(acked):
-                    batch, target_base = acked[done]
-                    ack_one(batch, target_base, False, False)
-                    done += 1
+                    done += hotpath.ack_batches(self.partitions, acked[done:])
         finally:
             self.runtime.progress.notify()
 

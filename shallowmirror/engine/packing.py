@@ -71,7 +71,10 @@ def plan_request(queues: Mapping[K, deque[B]], order: Sequence[K], *, size_of: C
 
 
 class Rotation(Generic[K]):
-    """A fair order over a changing set of keys: each call starts one key later."""
+    """A fair order over a changing set of keys: each call starts one key later.
+
+    The native ``plan_picks`` (``native/_cloops.pyx``) reads ``_keys`` and ``_start`` and does
+    ``next_order`` itself: change them there too."""
 
     def __init__(self) -> None:
         self._keys: list[K] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import struct
 import zlib
 
@@ -92,6 +93,20 @@ def test_views_alias_the_callers_buffer(impl):
     source[second.position + 70] ^= 0xFF
     assert second.buffer[70] == source[second.position + 70]
     assert rest[70 - L.HEADER_SIZE] == source[second.position + 70]
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native codec not built")
+def test_native_views_are_not_tracked_by_the_cycle_collector():
+    """The native BatchView is ``no_gc``: it refers only to the caller's buffer, which cannot
+    refer back, so it never sits in a cycle. Its views still release that buffer when they go
+    (a bytearray with a buffer exported cannot grow)."""
+    source = bytearray(build_batch("lz4", 4) + build_batch("none", 3, base_offset=4))
+    views = NATIVE.split_batches(source).batches
+    assert len(views) == 2 and not any(gc.is_tracked(view) for view in views)
+    with pytest.raises(BufferError):
+        source.extend(b"x")
+    del views
+    source.extend(b"x")
 
 
 @pytest.mark.parametrize("impl", IMPLS)

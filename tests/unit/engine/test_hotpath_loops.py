@@ -131,8 +131,10 @@ class World:
         parts = {tp: (sp.offsets.committed, sp.offsets.pending, sp.offsets.offset_map.rows(),
                       sp.records, sp.batches, sp.bytes)
                  for tp, sp in self.sps.items()}
+        rotation = self.sink.rotation
         return {"queues": queues, "batches": batches, "partitions": parts,
-                "budget": self.budget.in_use_bytes}
+                "budget": self.budget.in_use_bytes,
+                "rotation": (list(rotation._keys), rotation._start)}
 
 
 def _pick_names(world: World, picks: list) -> list:
@@ -194,10 +196,16 @@ def test_plan_picks_agree(seed: int) -> None:
     async def run(impl) -> tuple:
         world = World(seed)
         conn = world.conns[seed % 3] if seed % 3 < 2 else None
-        picks, too_large = impl.plan_picks(world.sink, conn)
-        topics = impl.request_topics(picks)
-        shape = [(t, [(p, bytes(h), bytes(r)) for p, ((h, r),) in parts]) for t, parts in topics]
-        return (_pick_names(world, picks), _pick_names(world, too_large), shape, world.state())
+        world.sink.rotation._start = seed      # any earlier rotation, and it moves on
+        planned = []
+        for _ in range(2):                     # the second plan starts one partition later
+            picks, too_large = impl.plan_picks(world.sink, conn)
+            topics = impl.request_topics(picks)
+            shape = [(t, [(p, bytes(h), bytes(r)) for p, ((h, r),) in parts])
+                     for t, parts in topics]
+            planned.append((_pick_names(world, picks), _pick_names(world, too_large), shape,
+                            world.state()))
+        return planned
 
     results = {name: asyncio.run(run(impl)) for name, impl in IMPLEMENTATIONS.items()}
     assert results["native"] == results["python"]
