@@ -556,6 +556,7 @@ class DeepFlowRunner:
                     stats = self._partition(key)
                     stats.position = max(stats.position, tp.offset)
                     self._assigned_fresh.pop(key, None)
+        return stale
 
     def _make_on_revoke(self, consumer: Consumer) -> Callable:
         def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
