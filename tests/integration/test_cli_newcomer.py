@@ -278,16 +278,20 @@ def test_partition_assignment_all_skips_the_join(source_cluster, target_cluster,
             "must be 1 (it is 2)") in result.stderr
 
 
-def _partitions_with_records(consumer, topic: str, partitions: int) -> int:
-    """How many of the topic's partitions hold a record: ListOffsets "latest" above 0 (tansu's
-    "latest" is off by a batch, but above 0 as soon as there is one). Cheap enough to poll."""
-    from confluent_kafka import KafkaException, TopicPartition
+def _a_record_arrived(consumer, topic: str, partitions: int) -> bool:
+    """Whether ``topic`` holds a record yet: ``consumer`` reads it from the start of every
+    partition once the topic exists. Not ListOffsets: tansu's "latest" stayed 0 here, so the
+    wait ran to its deadline and the mirror had finished (the case then skipped, 130 s lost)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    try:
-        return sum(1 for p in range(partitions)
-                   if consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] > 0)
-    except KafkaException:          # not created yet
-        return 0
+    if not consumer.assignment():
+        meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is None or meta.error is not None or len(meta.partitions) < partitions:
+            time.sleep(0.05)            # not created yet
+            return False
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    message = consumer.poll(0.05)
+    return message is not None and message.error() is None
 
 
 @pytest.mark.parametrize("moment", ["at assignment", "once records arrive"])
@@ -305,18 +309,20 @@ def test_deep_lag_after_sigterm_counts_every_partition(source_cluster, target_cl
     mirror = Background("mirror", str(config), "--deep", "--summary-json",
                         str(tmp_path / "summary.json"), log_path=tmp_path / "mirror.log")
 
-    watcher = Consumer({**client_config(target_cluster), "group.id": "deeplag-watcher"})
+    watcher = Consumer({**client_config(target_cluster), "group.id": "deeplag-watcher",
+                        "enable.auto.commit": False})
 
     def started() -> bool:
         if moment == "at assignment":
             return "deep path assigned" in mirror.log()
-        return _partitions_with_records(watcher, f"A.{topic}", 8) > 0
+        return _a_record_arrived(watcher, f"A.{topic}", 8)
 
     try:
         deadline = time.monotonic() + 120
         while not started() and time.monotonic() < deadline:
             assert mirror.process.poll() is None, mirror.log()[-3000:]
-            time.sleep(0.01 if moment == "at assignment" else 0.05)
+            if moment == "at assignment":
+                time.sleep(0.01)          # the other moment waits in its poll
         assert mirror.terminate() == 0, mirror.log()[-3000:]
     finally:
         mirror.stop()
