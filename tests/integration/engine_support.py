@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from shallowmirror import codec
@@ -37,6 +38,16 @@ def load_topic(cluster: Any, topic: str, records: int, codec: str = "lz4", parti
 
 def create_target(cluster: Any, topic: str, partitions: int = 8) -> None:
     create_topic(cluster.client_config(), Workload(topic=topic, partitions=partitions))
+
+
+def commit_offset(cluster: Any, group_id: str, topic: str, offset: int) -> None:
+    """Commit ``offset`` for ``group_id`` on partition 0 of ``topic``, as a member would."""
+    consumer = Consumer({**cluster.client_config(), "group.id": group_id,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
 
 
 async def run_until_caught_up(source: Any, target: Any, topics: list[str], *,

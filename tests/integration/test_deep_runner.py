@@ -8,22 +8,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from engine_support import create_target, load_topic
+from engine_support import commit_offset, create_target, load_topic
 
 from shallowmirror.mirror.deep import DeepFlowRunner
 from shallowmirror.testing.topics import read_topic
 
 pytestmark = pytest.mark.integration
-
-
-def _commit(cluster, group_id: str, topic: str, offset: int) -> None:
-    consumer = Consumer({**cluster.client_config(), "group.id": group_id,
-                         "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 async def _mirror_until_caught_up(runner: DeepFlowRunner, timeout_s: float = 60) -> None:
@@ -56,7 +46,7 @@ def test_an_offset_committed_for_the_deleted_topic_is_not_where_the_new_one_star
     loaded = load_topic(source_cluster, topic, 100, partitions=1)
     create_target(target_cluster, topic, 1)
     group_id = f"deep-{uuid.uuid4().hex[:12]}"
-    _commit(source_cluster, group_id, topic, 60)
+    commit_offset(source_cluster, group_id, topic, 60)
     runner = DeepFlowRunner(flow="A->B", source_config=source_cluster.client_config(),
                             target_config=target_cluster.client_config(),
                             settings={"group.id": group_id, "offset.commit.interval.ms": 200},

@@ -10,8 +10,7 @@ import asyncio
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from engine_support import create_target, run_until
+from engine_support import commit_offset, create_target, run_until
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from shallowmirror import codec
@@ -53,15 +52,6 @@ async def produce_raw(cluster, topic: str, data: bytes) -> None:
         await c.close()
 
 
-def commit(cluster, group: str, topic: str, offset: int) -> None:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
-
-
 def test_a_batch_decompressing_beyond_the_limit_stops_its_partition_until_allowed(
         source_cluster, target_cluster, unique_topic):
     topic = unique_topic("bomb")
@@ -72,7 +62,7 @@ def test_a_batch_decompressing_beyond_the_limit_stops_its_partition_until_allowe
     assert len(bomb) < 4096
     asyncio.run(produce_raw(source_cluster, topic, bomb))
     group = f"g-{uuid.uuid4().hex[:10]}"
-    commit(source_cluster, group, topic, 1)              # inside the batch: it must be trimmed
+    commit_offset(source_cluster, group, topic, 1)              # inside the batch: it must be trimmed
 
     settings = {"group.id": group, "fetch.max.wait.ms": 100}
     stats = run_until(source_cluster, target_cluster, [topic], settings,
