@@ -189,6 +189,14 @@ class TargetResume:
         owned = self._owned.get(tp)
         if owned is None:
             return None
+        if owned.last is not None and owned.last.source_offset > committed:
+            # The committed offset went below the pair: the partition's offsets started anew
+            # (its topic deleted and created again). The pair names records that no longer
+            # exist; committed beside the new offset, the next owner would walk from its
+            # source offset and skip the new topic's records below it (seen on Kafka 3.7: the
+            # first 100 of a re-created topic). This ownership starts again from here.
+            owned.last = None
+            owned.start = committed
         point = self._point_at(owned, committed, offset_map)
         if point is not None:
             owned.last = point

@@ -76,3 +76,20 @@ def test_a_pair_below_the_start_is_kept_not_moved():
     old = ResumePoint(40, "t", 0, 400)
     resume.keep(("s", 0), ("t", 0), 60, old)
     assert parse_metadata(resume.commit_metadata(("s", 0), 60, omap))[0] == old
+
+
+def test_a_pair_above_the_committed_offset_is_dropped_when_offsets_start_anew():
+    """The source topic was deleted and created again: the partition restarts at 0 and the
+    offset map forgets every row. The old topic's pair (source 100) must not be committed beside
+    offset 0: the next owner would walk from 100 and skip the new topic's first 100 records.
+    Nothing is committed beside 0, and the new topic's own rows give the next pair."""
+    resume, omap = _resume(), OffsetMap()
+    resume.keep(("s", 0), ("t", 0), 0, None)
+    omap.add(MapRow(0, 100, 0))
+    assert parse_metadata(resume.commit_metadata(("s", 0), 100, omap))[0] == \
+        ResumePoint(100, "t", 0, 100)
+    omap.forget_from(0)                 # what SourceOffsets.restart does
+    assert resume.commit_metadata(("s", 0), 0, omap) is None
+    omap.add(MapRow(0, 30, 100))        # the new topic's first batch, after the old copies
+    assert parse_metadata(resume.commit_metadata(("s", 0), 30, omap))[0] == \
+        ResumePoint(30, "t", 0, 130)
