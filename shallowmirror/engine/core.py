@@ -253,9 +253,8 @@ class EngineCore:
         self.sinks.stop()
         await self.supervisor.cancel_all()
         owned = list(self.partitions.values())
-        replaced = await self._replaced(owned, timeout_s=2.0) if self.membership else set()
-        final = self._positions({sp.tp: sp.offsets.committed for sp in owned
-                                 if sp.tp not in replaced})
+        final = await self._positions_to_commit(owned, check_replaced=bool(self.membership),
+                                                timeout_s=2.0)
         if self.membership is not None:
             try:
                 await self.membership.close(final)
@@ -330,6 +329,22 @@ class EngineCore:
                         partitions_text(sorted(replaced)))
         return replaced
 
+    async def _positions_to_commit(self, owned: list[SourcePartition], *,
+                                   check_replaced: bool, timeout_s: float) -> Positions:
+        """The committed positions of ``owned`` with exact resume's metadata, less those whose
+        topic was replaced (looked up when ``check_replaced``): what revocation and shutdown
+        commit."""
+        replaced = (await self._replaced(owned, timeout_s=timeout_s) if check_replaced
+                    else set())
+        # Read after the lookup: a re-created topic's restart may run while it waits, moving the
+        # position to the new topic's start and the partition's topic id to the new one. A
+        # position read before it (the old topic's) would then be checked against the new id,
+        # pass as not replaced and be committed into the new topic, whose records below it the
+        # next owner would skip (the likely cause of a CI failure on Kafka 3.7: the new topic's
+        # first 100 of 300 records missing).
+        return self._positions({sp.tp: sp.offsets.committed for sp in owned
+                                if sp.tp not in replaced})
+
     def _mark_membership_phases(self) -> None:
         """Start-up phases the membership thread timed (a scripted membership may not)."""
         startup = self.runtime.startup
@@ -353,15 +368,7 @@ class EngineCore:
             if abandoned:
                 log.warning("%s: %d batches abandoned on revocation; they may be mirrored "
                             "again by the next owner", self._where(sp.tp), abandoned)
-        replaced = await self._replaced(owned, timeout_s=5.0) if commit else set()
-        # Read after the lookup, as _shutdown does: a re-created topic's restart may run while
-        # it waits, moving the position to the new topic's start and the partition's topic id
-        # to the new one. A position read before it (the old topic's) would then be checked
-        # against the new id, pass as not replaced and be committed into the new topic, whose
-        # records below it the next owner would skip (the likely cause of a CI failure on
-        # Kafka 3.7: the new topic's first 100 of 300 records missing).
-        result = self._positions({sp.tp: sp.offsets.committed for sp in owned
-                                  if sp.tp not in replaced})
+        result = await self._positions_to_commit(owned, check_replaced=commit, timeout_s=5.0)
         for sp in owned:
             if self.partitions.get(sp.tp) is not sp:
                 continue        # owned anew meanwhile: that ownership is not this revocation's
