@@ -41,7 +41,7 @@ from shallowmirror.testing import clusters as test_clusters
 from shallowmirror.testing import embedded
 
 #: The test brokers' JVMs (and MirrorMaker 2's, through the same scripts) start with the C1
-#: compiler only and the serial collector: the suite starts some 60 Kafka JVMs on two cores, and
+#: compiler only and the serial collector: the suite starts dozens of Kafka JVMs on two cores, and
 #: the full JIT and G1's threads spent ~35% more CPU bringing each one up (8.0 s to ready, 7.5 CPU
 #: s in its first 10 s, against 6.0 s and 4.9 CPU s). Neither changes what the broker does. Test
 #: runs only: ``shallowmirror brokers`` and the benchmarks keep Kafka's own defaults, and a value
