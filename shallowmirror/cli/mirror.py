@@ -13,7 +13,8 @@ def add_process_options(p: argparse.ArgumentParser) -> None:
                         "batches byte for byte; same as use.raw.bytes=false on every flow")
     p.add_argument("--exit-when-caught-up", action="store_true",
                    help="stop (committing offsets) once every flow has mirrored its topics up "
-                        "to their high watermarks")
+                        "to their high watermarks, at least every record on the source when "
+                        "the mirror started")
     p.add_argument("--caught-up-timeout", type=float, metavar="SECONDS",
                    help="with --exit-when-caught-up: give up (exit status 1) after this long")
     p.add_argument("--status-interval", type=float, metavar="SECONDS",

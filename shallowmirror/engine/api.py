@@ -105,8 +105,9 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
 
 async def _caught_up(engine: MirrorEngine) -> None:
     """Return once the engine is ready and every owned partition is caught up."""
+    since = time.monotonic()         # what is on the source now is mirrored before stopping
     await engine.runtime.progress.wait_until(lambda: engine.ready)
-    while not await engine.wait_caught_up(3600):
+    while not await engine.wait_caught_up(3600, since=since):
         pass
 
 

@@ -207,9 +207,9 @@ class EngineStats:
 class SourcePartition:
     """The engine's state of one owned source partition."""
 
-    __slots__ = ("topic", "partition", "offsets", "high_watermark", "leader", "paused", "error",
-                 "skip_to_high_watermark", "topic_id", "taken_over", "last_committed_sent",
-                 "records", "batches", "bytes", "errors")
+    __slots__ = ("topic", "partition", "offsets", "high_watermark", "high_watermark_at", "leader",
+                 "paused", "error", "skip_to_high_watermark", "topic_id", "taken_over",
+                 "last_committed_sent", "records", "batches", "bytes", "errors")
 
     def __init__(self, topic: str, partition: int, position: int, offset_map: OffsetMap) -> None:
         self.topic = topic
@@ -217,6 +217,9 @@ class SourcePartition:
         offset_map.seal()                # a new ownership: its rows start rows of their own
         self.offsets = PartitionOffsets(position, offset_map=offset_map)
         self.high_watermark = -1
+        #: When (``time.monotonic()``) the Fetch that told ``high_watermark`` was sent: "caught
+        #: up" as of a moment needs a high watermark the broker read after it.
+        self.high_watermark_at = float("-inf")
         self.leader: int | None = None
         self.paused = False              # revoked or leader unknown: not fetched
         self.error: str | None = None    # stopped: nothing forwarded, offset not advanced

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -580,14 +581,20 @@ class EngineCore:
                 max_rows=self.settings["offset.map.max.rows"])
         return omap
 
-    async def wait_caught_up(self, timeout_s: float) -> bool:
-        """True once every owned partition's committed position equals its high watermark
-        (stopped partitions excluded; at least one partition owned)."""
+    async def wait_caught_up(self, timeout_s: float, *, since: float | None = None) -> bool:
+        """True once every owned partition's committed position reached a high watermark that a
+        Fetch sent at or after ``since`` (``time.monotonic()``; default: this call) reported, so
+        every record already on the source then is mirrored (stopped partitions excluded; at
+        least one partition owned). A high watermark fetched before a producer's last records
+        landed said "caught up" while they were not mirrored: an engine stopped on it left a
+        partition's newest batch behind (a CI run on Kafka 3.7 counted its 104 records lost)."""
+        since = time.monotonic() if since is None else since
+
         def caught_up() -> bool:
             live = [sp for sp in self.partitions.values() if sp.error is None]
             return bool(self.partitions) and all(
-                sp.high_watermark >= 0 and sp.offsets.committed >= sp.high_watermark
-                for sp in live)
+                sp.high_watermark >= 0 and sp.high_watermark_at >= since
+                and sp.offsets.committed >= sp.high_watermark for sp in live)
 
         done = await self.runtime.progress.wait_until(
             lambda: self._fatal is not None or caught_up(), timeout_s)

@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -276,5 +277,6 @@ class SyncBatchForwarder:
         self._run(self.forwarder.commit_now())
 
     def wait_caught_up(self, timeout_s: float) -> bool:
-        """True once every owned partition's committed position reaches its high watermark."""
-        return self._run(self.forwarder.wait_caught_up(timeout_s))
+        """True once every owned partition's committed position reaches its high watermark, as
+        fetched after this call: every record on the source when it was made is forwarded."""
+        return self._run(self.forwarder.wait_caught_up(timeout_s, since=time.monotonic()))

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kafka.errors import OffsetOutOfRangeError
@@ -179,6 +179,7 @@ class Source:
         version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
         asked = {tp: self.partitions[tp].fetch_position for tp in ready}
         incremental = self.session.active
+        sent_at = time.monotonic()
         try:
             frame = await conn.request_frame(self._request(version, ready, max_bytes))
         except BaseException:
@@ -205,23 +206,40 @@ class Source:
         if max_bytes is None or max_bytes >= self.max_bytes:
             must_progress = _first_with_records(response) if incremental else ready[0]
         try:
+            answered = []
             for topic in response.topics:
                 for part in topic.partitions:
                     tp = (topic.topic, part.partition)
+                    answered.append(tp)
                     sp = self.partitions.get(tp)
                     if sp is None or tp not in asked or sp.fetch_position != asked[tp]:
                         continue        # revoked or moved while the fetch was out
                     self._handle_partition(sp, part, lease, must_progress=tp == must_progress,
-                                           fetched_at=fetched_at)
+                                           fetched_at=fetched_at, asked_at=sent_at)
+            if incremental:
+                self._unchanged_since(sent_at, asked, answered)
         finally:
             lease.drop()
             self.owner.runtime.progress.notify()     # high watermarks may have moved
 
+    def _unchanged_since(self, sent_at: float, asked: Mapping[TP, int],
+                         answered: Sequence[TP]) -> None:
+        """An incremental Fetch leaves out the partitions whose high watermark did not change
+        since the session last answered them (``fetch_session``): theirs still holds as of
+        ``sent_at``."""
+        left_out = set(asked).difference(answered)
+        for tp in left_out:
+            sp = self.partitions.get(tp)
+            if sp is not None and sp.fetch_position == asked[tp] and sp.high_watermark >= 0:
+                sp.high_watermark_at = sent_at
+
     def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease, *,
-                          must_progress: bool = False, fetched_at: float | None = None) -> None:
+                          must_progress: bool = False, fetched_at: float | None = None,
+                          asked_at: float | None = None) -> None:
         """``must_progress``: the broker had to return this partition's first batch whole, so
         bytes without one complete batch are a corrupt or oversized batch, not a short read.
-        ``fetched_at``: when the response came (``time.monotonic()``; now if not given)."""
+        ``fetched_at``: when the response came (``time.monotonic()``; now if not given);
+        ``asked_at``: when its request was sent (the high watermark holds as of then)."""
         if part.error_code:
             info = broker_error_info(part.error_code)
             if part.error_code == OffsetOutOfRangeError.errno:
@@ -235,6 +253,8 @@ class Source:
             return
         if part.high_watermark >= 0:
             sp.high_watermark = part.high_watermark
+            if asked_at is not None:
+                sp.high_watermark_at = asked_at
         if sp.skip_to_high_watermark:
             sp.skip_to_high_watermark = False
             straddled = _end_of_straddling_batch(part.records, sp.fetch_position)

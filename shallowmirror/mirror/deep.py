@@ -113,6 +113,13 @@ class DeepFlowRunner:
         self._topics_changed = threading.Event()
         self._lock = threading.Lock()
         self._stats: dict[tuple[str, int], PartitionStats] = {}
+        #: Per partition, the earliest (monotonic) time its cached high watermark can be from
+        #: (``_update_watermarks``).
+        self._watermark_as_of: dict[tuple[str, int], float] = {}
+        #: librdkafka's cached watermarks carry no time. Its Fetch answers refresh them, at
+        #: least every fetch.wait.max.ms while a partition is fetched; one read now is taken to
+        #: be from no earlier than this many seconds ago.
+        self._watermark_age_s = float(settings.get("fetch.max.wait.ms") or 500) / 1000 + 1.0
         self._delivered: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._assigned: set[tuple[str, int]] = set()
@@ -473,6 +480,7 @@ class DeepFlowRunner:
                 stats = self._partition(key)
                 if high is not None and high >= 0:
                     stats.high_watermark = high
+                    self._watermark_as_of[key] = time.monotonic() - self._watermark_age_s
                 if stats.position < 0 and key in self._from_log_start and low is not None \
                         and low >= 0 and self._reset_earliest:
                     stats.position = low  # no committed offset: it starts at the log start
@@ -595,8 +603,9 @@ class DeepFlowRunner:
                 return alias, down_s
         return None
 
-    def caught_up(self) -> bool:
-        """Every assigned partition mirrored up to its high watermark (at least one assigned)."""
+    def caught_up(self, since: float | None = None) -> bool:
+        """Every assigned partition mirrored up to its high watermark (at least one assigned);
+        with ``since`` (``time.monotonic()``), a high watermark fetched no earlier than it."""
         with self._lock:
             if not self._assigned:
                 return False
@@ -604,14 +613,18 @@ class DeepFlowRunner:
                 stats = self._stats.get(key)
                 if stats is None or stats.high_watermark < 0:
                     return False
+                if since is not None and self._watermark_as_of.get(key, float("-inf")) < since:
+                    return False
                 if stats.high_watermark > 0 and stats.position < stats.high_watermark:
                     return False
             return True
 
-    async def wait_caught_up(self, timeout_s: float) -> bool:
+    async def wait_caught_up(self, timeout_s: float, *, since: float | None = None) -> bool:
+        """``caught_up(since)`` within ``timeout_s`` (``since`` default: this call)."""
+        since = time.monotonic() if since is None else since
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.caught_up():
+            if self.caught_up(since):
                 return True
             await asyncio.sleep(0.2)
-        return self.caught_up()
+        return self.caught_up(since)

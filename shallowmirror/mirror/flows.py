@@ -47,7 +47,7 @@ class Runner(Protocol):
 
     async def run(self, stop: asyncio.Event | None = None) -> None: ...
 
-    async def wait_caught_up(self, timeout_s: float) -> bool: ...
+    async def wait_caught_up(self, timeout_s: float, *, since: float | None = None) -> bool: ...
 
 
 async def _unless_stopped(fn: Callable[[], Any], stop: asyncio.Event) -> tuple[bool, Any]:
@@ -567,8 +567,9 @@ class FlowRunner:
                 f"{','.join(self.flow.settings['topics'])} (topics.exclude="
                 f"{','.join(self.flow.topic_filter.exclude)}): nothing to mirror")
 
-    async def caught_up(self) -> bool:
-        """Every ready topic mirrored to its source's high watermark and no topic waiting."""
+    async def caught_up(self, since: float) -> bool:
+        """Every ready topic mirrored to its source's high watermark as fetched at or after
+        ``since`` (``time.monotonic()``), and no topic waiting."""
         if self.state != "running" or self.sync is None:
             return False
         if not self.ready_topics:
@@ -587,7 +588,7 @@ class FlowRunner:
                 continue
             owned |= parts
             try:
-                if not await runner.wait_caught_up(0.05):
+                if not await runner.wait_caught_up(0.05, since=since):
                     return False
             except Exception:  # noqa: BLE001 - a failing runner is not caught up
                 return False

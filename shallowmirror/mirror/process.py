@@ -147,7 +147,7 @@ class MirrorProcess:
                 self.exit_code = 1
                 self.stop.set()
                 return
-            checks = [await f.caught_up() for f in self.flows]
+            checks = [await f.caught_up(started) for f in self.flows]
             if self.flows and all(checks):
                 self.caught_up = True
                 log.info("all flows caught up: stopping")
