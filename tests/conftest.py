@@ -33,6 +33,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -83,6 +84,28 @@ def pytest_report_header(config: pytest.Config) -> str:
     if flavor == "kafka":
         return f"clusters: Apache Kafka from {os.environ.get('KAFKA_HOME', '(KAFKA_HOME unset)')}"
     return "clusters: embedded tansu (needs_real_kafka tests are skipped)"
+
+
+#: Test files that share the session's Spark fixtures (tests/unit/reports/conftest.py). Under
+#: ``--dist loadfile`` each worker that ran one of them started its own Spark and computed the
+#: whole report (~40 s); as one work unit they start Spark and compute the report once.
+_SPARK_FILES = frozenset(f"tests/unit/reports/{name}.py"
+                         for name in ("test_html", "test_jobs", "test_report_cli"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (``make test``) with the Spark test files as one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "spark-report-tests" if scope in _SPARK_FILES else scope
+
+    return SparkFilesTogether(config, log)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
