@@ -566,11 +566,20 @@ class EngineCore:
         end = omap.source_end
         if end is not None and position < end:
             forgotten = omap.forget_from(position)
-            log.warning("%s: starts at %d, below offset %d, up to which this process had "
-                        "mirrored it (source topic re-created, or an offset commit lost): "
-                        "offsets from %d are mirrored again, and the translation of the %d "
-                        "mirrored before is forgotten", self._where(tp), position, end, position,
-                        forgotten)
+            if self.resume_start is not None:
+                # The walk reads what the target holds from here on and logs where fetching
+                # starts: after a session loss (no final commit) nothing is mirrored again.
+                log.info("%s: starts at its committed offset %d, below offset %d, up to which "
+                         "this process had mirrored it (its partitions were lost before their "
+                         "positions were committed, or the source topic was re-created); resume "
+                         "from the target skips what the target already holds",
+                         self._where(tp), position, end)
+            else:
+                log.warning("%s: starts at %d, below offset %d, up to which this process had "
+                            "mirrored it (partitions lost before a commit, the source topic "
+                            "re-created, or an offset commit lost): offsets from %d are mirrored "
+                            "again, and the translation of the %d mirrored before is forgotten",
+                            self._where(tp), position, end, position, forgotten)
         return omap
 
     def offset_map(self, topic: str, partition: int) -> OffsetMap:

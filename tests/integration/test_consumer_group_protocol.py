@@ -8,6 +8,7 @@ are refused with what to do."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -297,20 +298,25 @@ def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
-        start_broker, target_cluster, unique_topic, static):
+        start_broker, target_cluster, unique_topic, static, caplog):
     """A member that heard nothing from the coordinator for session.timeout.ms drops its
     partitions without committing (simulated here: ``_lose``, what that check calls). It joins
     again under the same member id, so the coordinator hands the partitions straight back; under
     a new id they stayed with the old, silent member until the broker's
     group.consumer.session.timeout.ms (45 s) expired it. A static member (group.instance.id)
     first leaves with epoch -2: Kafka 3.7 refused its rejoin (UNRELEASED_INSTANCE_ID) and the
-    engine stopped. Every record still arrives once."""
+    engine stopped. Every record still arrives once, and no warning claims that what was mirrored
+    after the last commit is mirrored again (resume from the target skips it)."""
     source = start_broker("kip848", overrides=KIP_848)
     topic = unique_topic("cgp-lost")
     load_topic(source, topic, 2000, partitions=4)
     create_target(target_cluster, topic, 4)
     group_id = group()
-    settings = _auto(group_id, **({"group.instance.id": f"{group_id}-1"} if static else {}))
+    caplog.set_level(logging.INFO, logger="shallowmirror.engine")
+    # No periodic commit before the loss: the group still holds the first start's offsets, so
+    # the partitions come back below what was mirrored, every time.
+    settings = _auto(group_id, **{"offset.commit.interval.ms": 600_000},
+                     **({"group.instance.id": f"{group_id}-1"} if static else {}))
 
     async def scenario() -> float:
         engine = MirrorEngine(source.client_config(), target_cluster.client_config(),
@@ -343,6 +349,10 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
     back_s = asyncio.run(scenario())
     assert back_s < 15
     _assert_exact_copy(source, target_cluster, topic)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [m for level, m in said if level >= logging.WARNING and "mirrored again" in m] == []
+    assert sum("resume from the target skips what the target already holds" in m
+               for _, m in said) == 4, said
 
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
