@@ -149,6 +149,18 @@ def clusters(broker_log_dir) -> Iterator[tuple]:
 def start_broker(broker_log_dir) -> Iterator[Callable[..., object]]:
     """Factory of private clusters of the session's flavor: ``start_broker("net", port=None)``.
     Skips on external clusters (nothing of ours to stop or restart). All stopped after the test."""
+    yield from _private_clusters(broker_log_dir)
+
+
+@pytest.fixture(scope="module")
+def start_module_broker(broker_log_dir) -> Iterator[Callable[..., object]]:
+    """``start_broker`` for a file whose tests share a private cluster that none of them stops,
+    restarts or reconfigures (each with its own topics and groups): started once, stopped after
+    the file. A Kafka JVM costs 6 to 17 s to come up on two cores."""
+    yield from _private_clusters(broker_log_dir)
+
+
+def _private_clusters(broker_log_dir) -> Iterator[Callable[..., object]]:
     flavor = session_flavor()
     if flavor == "external":
         pytest.skip("stops, restarts or reconfigures a broker: needs brokers this session starts")

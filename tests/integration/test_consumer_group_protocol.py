@@ -30,6 +30,14 @@ pytestmark = pytest.mark.integration
 KIP_848 = {"group.coordinator.rebalance.protocols": "classic,consumer"}
 
 
+@pytest.fixture(scope="module")
+def kip848(start_module_broker) -> Any:
+    """A Kafka 3.7 source cluster with the consumer group protocol on, shared by this file's
+    tests (topics and groups of their own; none stops it). Only real Kafka gets this far: every
+    test asking for it is ``needs_real_kafka``."""
+    return start_module_broker("kip848", overrides=KIP_848)
+
+
 def _settings(group_id: str, **more) -> dict:
     return {"partition.assignment": "group", "group.protocol": "consumer", "group.id": group_id,
             "fetch.max.wait.ms": 100, "offset.commit.interval.ms": 200, **more}
@@ -97,12 +105,12 @@ def _assert_exact_copy(source, target, topic: str) -> None:
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
 def test_a_lone_engine_mirrors_and_resumes_through_the_consumer_protocol(
-        start_broker, target_cluster, unique_topic):
+        kip848, target_cluster, unique_topic):
     """One engine: every record mirrored once, offsets committed under the member epoch, and
     a second run of the same group goes on from them (only the new records). The group is a
     consumer-protocol group: a bare KIP-848 member can join it afterwards, which a classic group
     refuses (next test)."""
-    source = start_broker("kip848", overrides=KIP_848)
+    source = kip848
     topic = unique_topic("cgp")
     load_topic(source, topic, 3000, partitions=4)
     create_target(target_cluster, topic, 4)
@@ -130,12 +138,12 @@ def test_a_lone_engine_mirrors_and_resumes_through_the_consumer_protocol(
 
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
-def test_two_engines_share_partitions_and_hand_them_over(start_broker, target_cluster,
+def test_two_engines_share_partitions_and_hand_them_over(kip848, target_cluster,
                                                          unique_topic):
     """Two engines of one group split the partitions between them (the broker's uniform
     assignor); when one stops, its partitions move to the other from the positions it
     committed as it released them: every record on the target exactly once."""
-    source = start_broker("kip848", overrides=KIP_848)
+    source = kip848
     topic = unique_topic("cgp-share")
     load_topic(source, topic, 4000, partitions=4)
     create_target(target_cluster, topic, 4)
@@ -194,8 +202,8 @@ def _refusal(source, target, topic: str, group_id: str, protocol: str = "consume
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
 def test_a_group_id_held_by_a_classic_group_is_refused_with_what_to_do(
-        start_broker, target_cluster, unique_topic):
-    source = start_broker("kip848", overrides=KIP_848)
+        kip848, target_cluster, unique_topic):
+    source = kip848
     topic = unique_topic("cgp-classic")
     load_topic(source, topic, 100, partitions=2)
     create_target(target_cluster, topic, 2)
@@ -261,10 +269,10 @@ def test_the_default_picks_the_protocol_the_source_cluster_serves(
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
 def test_the_default_joins_with_the_consumer_protocol_where_it_is_served(
-        start_broker, target_cluster, unique_topic):
+        kip848, target_cluster, unique_topic):
     """Kafka with KIP-848 on: the default joins as a consumer-protocol member (no initial
     rebalance delay), and the group it made is a consumer-protocol group."""
-    source = start_broker("kip848", overrides=KIP_848)
+    source = kip848
     topic, group_id, stats, engine = _mirror_new_topic(
         source, target_cluster, unique_topic("cgp-auto-848"), 2000, 4)
     assert engine.membership.protocol == "consumer"
@@ -276,11 +284,11 @@ def test_the_default_joins_with_the_consumer_protocol_where_it_is_served(
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
 def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
-        start_broker, target_cluster, unique_topic):
+        kip848, target_cluster, unique_topic):
     """A group an earlier classic run committed (an upgrade from before auto, on a broker that
     serves KIP-848): the heartbeat is refused with GROUP_ID_NOT_FOUND, the engine goes on with
     the classic protocol and mirrors only what came after those commits."""
-    source = start_broker("kip848", overrides=KIP_848)
+    source = kip848
     topic, group_id, first, _ = _mirror_new_topic(
         source, target_cluster, unique_topic("cgp-auto-classic"), 1500, 3,
         settings_of=lambda g: _settings(g, **{"group.protocol": "classic"}))
@@ -298,7 +306,7 @@ def test_the_default_keeps_a_classic_group_classic_and_resumes_from_its_commits(
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
-        start_broker, target_cluster, unique_topic, static, caplog):
+        kip848, target_cluster, unique_topic, static, caplog):
     """A member that heard nothing from the coordinator for session.timeout.ms drops its
     partitions without committing (simulated here: ``_lose``, what that check calls). It joins
     again under the same member id, so the coordinator hands the partitions straight back; under
@@ -307,7 +315,7 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
     first leaves with epoch -2: Kafka 3.7 refused its rejoin (UNRELEASED_INSTANCE_ID) and the
     engine stopped. Every record still arrives once, and no warning claims that what was mirrored
     after the last commit is mirrored again (resume from the target skips it)."""
-    source = start_broker("kip848", overrides=KIP_848)
+    source = kip848
     topic = unique_topic("cgp-lost")
     load_topic(source, topic, 2000, partitions=4)
     create_target(target_cluster, topic, 4)
@@ -356,14 +364,14 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
 
 
 @pytest.mark.needs_real_kafka("tansu does not serve the KIP-848 consumer group protocol")
-def test_exactly_once_through_the_consumer_protocol(start_broker, target_cluster, unique_topic):
+def test_exactly_once_through_the_consumer_protocol(kip848, target_cluster, unique_topic):
     """The default on a KIP-848 source with exactly-once on: partitions come from the consumer
     protocol, offsets go to the target's group in the mirror's transactions, and a second run
     resumes from those (only the new records), every record once in committed transactions."""
     from shallowmirror.testing.topics import assert_same_records
 
     eos = {"exactly.once": "true", "transaction.interval.ms": "200"}
-    source = start_broker("kip848", overrides=KIP_848)
+    source = kip848
     topic, group_id, first, engine = _mirror_new_topic(
         source, target_cluster, unique_topic("cgp-eos"), 1800, 3,
         settings_of=lambda g: _auto(g, **eos))
