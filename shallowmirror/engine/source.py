@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka.errors import OffsetOutOfRangeError
@@ -206,29 +206,27 @@ class Source:
         if max_bytes is None or max_bytes >= self.max_bytes:
             must_progress = _first_with_records(response) if incremental else ready[0]
         try:
-            answered = []
             for topic in response.topics:
                 for part in topic.partitions:
                     tp = (topic.topic, part.partition)
-                    answered.append(tp)
                     sp = self.partitions.get(tp)
                     if sp is None or tp not in asked or sp.fetch_position != asked[tp]:
                         continue        # revoked or moved while the fetch was out
                     self._handle_partition(sp, part, lease, must_progress=tp == must_progress,
                                            fetched_at=fetched_at, asked_at=sent_at)
             if incremental:
-                self._unchanged_since(sent_at, asked, answered)
+                self._unchanged_since(sent_at, asked, response)
         finally:
             lease.drop()
             self.owner.runtime.progress.notify()     # high watermarks may have moved
 
-    def _unchanged_since(self, sent_at: float, asked: Mapping[TP, int],
-                         answered: Sequence[TP]) -> None:
+    def _unchanged_since(self, sent_at: float, asked: Mapping[TP, int], response: Any) -> None:
         """An incremental Fetch leaves out the partitions whose high watermark did not change
         since the session last answered them (``fetch_session``): theirs still holds as of
         ``sent_at``."""
-        left_out = set(asked).difference(answered)
-        for tp in left_out:
+        answered = {(topic.topic, part.partition)
+                    for topic in response.topics for part in topic.partitions}
+        for tp in asked.keys() - answered:
             sp = self.partitions.get(tp)
             if sp is not None and sp.fetch_position == asked[tp] and sp.high_watermark >= 0:
                 sp.high_watermark_at = sent_at
