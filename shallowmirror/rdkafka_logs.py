@@ -83,10 +83,21 @@ class ClientErrors:
         self._warned_at[code] = now
         self._logger.warning("%s: %s", self.client, text)
 
+    def reached(self) -> None:
+        """The client has just had an answer from its cluster (a group assignment, a commit, a
+        delivery acknowledged): its brokers are no longer all down. Only answers received after
+        the outage began may say so, never records fetched before it and still queued."""
+        since = self._down_since
+        if since is not None:
+            self._down_since = None
+            self._logger.info("%s: reachable again after %.1f s", self.client,
+                              time.monotonic() - since)
+
     def down_for_s(self, quiet_s: float = 15.0) -> float | None:
         """Seconds every broker of the client's cluster has been down, or None when it is not
         known to be. librdkafka says when all brokers go down, but not when one comes back:
-        while they are down every reconnect attempt fails with an error (at least every
+        the caller says so with ``reached`` when an answer proves it. Without one, while the
+        brokers are down every reconnect attempt fails with an error (at least every
         ``reconnect.backoff.max.ms``, 10 s by default), so ``quiet_s`` without one ends it."""
         if self._down_since is None:
             return None

@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 CODECS = CODEC_NAMES
 #: How long shutdown waits for the lag of partitions not fetched yet (see ``_learn_lag``).
 LAG_WAIT_S = 2.0
+#: While the source is known to be down: how often the deep loop asks it for metadata, and how
+#: long it waits for the answer (the loop has nothing else to do meanwhile).
+PROBE_INTERVAL_S = 1.0
+PROBE_TIMEOUT_S = 0.5
 #: Engine keys that mean something else (or nothing) to librdkafka.
 _NOT_FOR_LIBRDKAFKA = ("partition.assignment", "legacy.format", "log.append.time",
                        "multiple.batches.per.partition", "crc.check", "metrics.file",
@@ -247,7 +251,7 @@ class DeepFlowRunner:
         self._closing = False
         self._assigned = set()  # a restarted loop is a new member: its assignment comes anew
         subscribed: list[str] = []
-        last_commit = last_metrics = time.monotonic()
+        last_commit = last_metrics = last_probe = time.monotonic()
         ids = self._topic_id_watch()
         recreated: dict[str, Recreated] = {}
         try:
@@ -280,6 +284,9 @@ class DeepFlowRunner:
                 for producer in self._producers.values():
                     producer.poll(0)
                 self._update_watermarks(consumer)
+                if time.monotonic() - last_probe >= PROBE_INTERVAL_S:
+                    self._probe_source(consumer, subscribed[0])
+                    last_probe = time.monotonic()
                 if time.monotonic() - last_commit >= self._commit_interval_s:
                     self._commit(consumer)
                     last_commit = time.monotonic()
@@ -301,6 +308,18 @@ class DeepFlowRunner:
                 consumer.close()
         if self._failure is not None:
             raise self._failure
+
+    def _probe_source(self, consumer: Consumer, topic: str) -> None:
+        """While the source is known to be down, ask it for one topic's metadata: its answer is
+        the proof that it is back, which librdkafka never gives (nor does a group whose session
+        outlived the outage, with nothing new to commit)."""
+        if self._consumer_errors.down_for_s() is None:
+            return
+        try:
+            consumer.list_topics(topic, timeout=PROBE_TIMEOUT_S)
+        except KafkaException:
+            return
+        self._consumer_errors.reached()
 
     def _topic_id_watch(self) -> TopicIdWatch | None:
         """Topic ids of the subscribed topics, looked up every metadata.max.age.ms (librdkafka's
@@ -387,6 +406,7 @@ class DeepFlowRunner:
                 if self._failure is None:
                     self._failure = self._refused(err, topic, partition, offset, remote)
                 return
+            self._producer_errors.reached()  # served after any error queued before the ack
             with self._lock:
                 self._delivered[key] = offset + 1
                 stats = self._partition(key)
@@ -522,9 +542,13 @@ class DeepFlowRunner:
             log.warning("flow %s: offset commit failed (retried at the next commit): %s",
                         self.flow, err.args[0].str() if err.args else err)
             return
+        self._consumer_errors.reached()  # the group coordinator answered just now
         self._committed.update(todo)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The group's coordinator has just answered the join: the source is reachable again
+        # (else the status said "unreachable" for up to 15 s after records flowed again).
+        self._consumer_errors.reached()
         self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
         stale = self._note_start_positions(consumer, partitions)
         if stale:

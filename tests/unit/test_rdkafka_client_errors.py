@@ -31,3 +31,22 @@ def test_all_brokers_down_lasts_while_reconnects_fail_and_ends_when_they_stop():
     time.sleep(0.2)                      # no failure for longer than quiet_s: back
     assert errors.down_for_s(quiet_s=0.1) is None
     assert errors.down_for_s(quiet_s=10) is None
+
+
+def test_an_answer_from_the_cluster_ends_the_outage_at_once_and_a_new_one_counts_anew(caplog):
+    errors = ClientErrors(logging.getLogger("test.client_errors"), "consumer", interval_s=60)
+    refused = KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:1 failed")
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    time.sleep(0.05)
+    errors(refused)
+    assert errors.down_for_s(quiet_s=10) >= 0.05
+    with caplog.at_level(logging.INFO, logger="test.client_errors"):
+        errors.reached()                 # e.g. a group assignment: the broker answered
+        errors.reached()                 # said once per outage
+    assert errors.down_for_s(quiet_s=10) is None
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(said) == 1 and said[0].startswith("consumer: reachable again after 0.")
+    errors(refused)                      # a refused connection alone does not start an outage
+    assert errors.down_for_s(quiet_s=10) is None
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert 0 <= errors.down_for_s(quiet_s=10) < 0.05   # counted from the new outage
