@@ -4,12 +4,13 @@
 
 Run 1 is every test with the embedded tansu clusters (the users' default). Run 2 is every
 ``integration`` test again with real Apache Kafka clusters from ``KAFKA_HOME``
-(``SHALLOWMIRROR_BROKER=kafka``). Both run in two pytest-xdist workers (whole files per worker,
+(``SHALLOWMIRROR_BROKER=kafka``). Both run in three pytest-xdist workers (whole files per worker,
 each with its own pair of clusters) when pytest-xdist is installed:
 ``SHALLOWMIRROR_TANSU_WORKERS`` / ``SHALLOWMIRROR_KAFKA_WORKERS`` change that (1: one process).
-Most integration tests wait (group joins, process start-up, brokers), so two workers pay off
-even on two cores: run 1's 1,556 tests took 3 min 41 s instead of 7 min 26 s on the project's
-2-core machine. Without a distribution or Java, run 2 is skipped with one line saying why —
+Most integration tests wait (group joins, process start-up, brokers coming back), so more
+workers than cores pay off: on the project's 2-core machine two workers left the CPU 20-60%
+idle through the Kafka run, and three took run 1 from 447 s to 341 s and run 2 from 666 s to
+592 s (2026-11-29), with the CPU then busy throughout. Without a distribution or Java, run 2 is skipped with one line saying why —
 unless ``SHALLOWMIRROR_REQUIRE_KAFKA=1`` (CI, when a distribution ships beside the project),
 where that is a failure. Clusters given by ``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` replace
 both runs by one.
@@ -34,6 +35,8 @@ from shallowmirror.testing.kafka import find_kafka_home
 REQUIRE_KAFKA_ENV = "SHALLOWMIRROR_REQUIRE_KAFKA"
 KAFKA_WORKERS_ENV = "SHALLOWMIRROR_KAFKA_WORKERS"
 TANSU_WORKERS_ENV = "SHALLOWMIRROR_TANSU_WORKERS"
+#: pytest-xdist workers per run unless the variables above say otherwise (see the module text).
+WORKERS = 3
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
 
 
@@ -100,14 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         return _finish(results, missing_kafka=None)
 
     tansu_env = {**base_env, BROKER_ENV: "tansu"}
-    tansu_args = [*_xdist_args(int(base_env.get(TANSU_WORKERS_ENV, "2"))), *args]
+    tansu_args = [*_xdist_args(int(base_env.get(TANSU_WORKERS_ENV, str(WORKERS)))), *args]
     results.append(run_pytest("run 1 of 2: every test, embedded tansu brokers", tansu_args,
                               tansu_env))
 
     home, why = kafka_run_plan()
     if home is None:
         return _finish(results, missing_kafka=why)
-    workers = int(base_env.get(KAFKA_WORKERS_ENV, "2"))
+    workers = int(base_env.get(KAFKA_WORKERS_ENV, str(WORKERS)))
     kafka_env = {**base_env, BROKER_ENV: "kafka", "KAFKA_HOME": home}
     kafka_args = ["-m", "integration", *_xdist_args(workers), *args]
     results.append(run_pytest(f"run 2 of 2: integration tests, Apache Kafka from {home}",
