@@ -254,8 +254,10 @@ class EngineCore:
         self.sinks.stop()
         await self.supervisor.cancel_all()
         owned = list(self.partitions.values())
-        final = await self._positions_to_commit(owned, check_replaced=bool(self.membership),
-                                                timeout_s=2.0)
+        skipped = self.membership is not None and self._skip_final_commit(owned)
+        # Skipped: close() only leaves the group.
+        final = Positions() if skipped else await self._positions_to_commit(
+            owned, check_replaced=bool(self.membership), timeout_s=2.0)
         if self.membership is not None:
             try:
                 await self.membership.close(final)
@@ -264,8 +266,9 @@ class EngineCore:
                     log.error("final commit to %s failed: %s", self.source_alias, err)
             else:
                 try:
-                    self.hooks.offsets_committed({tp: off for tp, off in final.items()
-                                                  if off >= 0})
+                    if not skipped:
+                        self.hooks.offsets_committed({tp: off for tp, off in final.items()
+                                                      if off >= 0})
                 except HookError as err:
                     self.fail(err)           # run() raises it once shutdown is done
         for sp in self.partitions.values():
@@ -275,6 +278,23 @@ class EngineCore:
             if cluster is not None:
                 with contextlib.suppress(Exception):
                     await cluster.close()
+
+    def _skip_final_commit(self, owned: list[SourcePartition]) -> bool:
+        """True (logged) when the source cluster is out of reach at shutdown: a commit would
+        wait for it until the group's session ends (librdkafka's answer, 10 s by default), and
+        the process with it. What the next start does instead is said."""
+        down_s = self.source.unreachable_for_s() if self.source is not None else None
+        if down_s is None or not any(sp.offsets.committed >= 0 for sp in owned):
+            return False
+        if self.exactly_once:
+            then = "the next start resumes from the offsets committed with the target's writes"
+        elif self.resume is not None:
+            then = "the next start resumes from what the target holds"
+        else:
+            then = "the next start mirrors again from the last commit"
+        log.warning("final commit to %s skipped: the cluster has been unreachable for %.0f s; %s",
+                    self.source_alias, down_s, then)
+        return True
 
     # ------------------------------------------------------------------ ownership
     async def _on_assigned(self, tps: list[TP], committed: dict[TP, int | None]) -> None:

@@ -297,7 +297,7 @@ class DeepFlowRunner:
             try:
                 self._flush_all()
                 if self._failure is None:
-                    self._commit(consumer)
+                    self._commit(consumer, final=True)
                 self._learn_lag(consumer)
                 self._emit_metrics()
             finally:
@@ -529,11 +529,22 @@ class DeepFlowRunner:
                 log.error("flow %s: %d records not acknowledged by the target at shutdown; "
                           "their offsets are not committed", self.flow, remaining)
 
-    def _commit(self, consumer: Consumer, only: set[tuple[str, int]] | None = None) -> None:
+    def _commit(self, consumer: Consumer, only: set[tuple[str, int]] | None = None, *,
+                final: bool = False) -> None:
         with self._lock:
             todo = {k: v for k, v in self._delivered.items()
                     if self._committed.get(k) != v and (only is None or k in only)}
         if not todo:
+            return
+        down_s = self._consumer_errors.down_for_s()
+        if down_s is not None:
+            # No commit reaches a cluster that is down, and librdkafka's answer to one (about
+            # 7 s later) held this loop and then the shutdown. The next one after the cluster
+            # answers again commits these; at shutdown they are mirrored again next start.
+            if final:
+                log.warning("flow %s: offsets of %d partitions not committed: cluster %s "
+                            "unreachable for %.0f s; the next start mirrors again from the last "
+                            "commit", self.flow, len(todo), self.source_alias, down_s)
             return
         try:
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in todo.items()],

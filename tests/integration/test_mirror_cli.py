@@ -412,22 +412,31 @@ def test_a_source_cluster_lost_mid_run_is_reported(start_broker, target_cluster,
                                                    unique_topic, mode, says):
     """The source cluster goes away under a running mirror: the log says so, naming the
     cluster. The deep path said nothing for as long as it was gone (librdkafka's client errors
-    went to its debug log), and its status line went on saying lag 0."""
+    went to its debug log), and its status line went on saying lag 0. A SIGTERM then stops the
+    shallow path without its final commit, which waited for the lost cluster until the group
+    session ended (8 s here, session.timeout.ms), and says so."""
     source = start_broker("A")
     topic = unique_topic("lost")
     _load(source, topic, records=500, partitions=1)
     config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
                             **_flow(topics=topic))
     log_path = tmp_path / "mirror.log"
+    # The shallow path: its connection lost, then a round of reconnections failed.
+    also = "cluster A: cannot reach" if mode == "shallow" else says
 
     def reported() -> bool:
         lines = log_path.read_text().splitlines()
-        return any(" WARNING " in line and says in line for line in lines)
+        return all(any(" WARNING " in line and text in line for line in lines)
+                   for text in (says, also))
 
     log = _mirror_around(config, tmp_path, target_cluster, f"A.{topic}", 500, source.stop,
                          (reported, f"a warning saying {says!r}"),
                          *(["--deep"] if mode == "deep" else []))
     assert "Traceback" not in log, log[-3000:]
+    if mode == "shallow":
+        said = log_path.read_text()
+        assert "final commit to A skipped: the cluster has been unreachable for" in said, said
+        assert "final commit to A failed" not in said, said
 
 
 @pytest.mark.needs_real_kafka("a tansu broker restarted on its port is a new, empty cluster")
