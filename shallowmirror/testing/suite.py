@@ -10,10 +10,10 @@ each with its own pair of clusters) when pytest-xdist is installed:
 Most integration tests wait (group joins, process start-up, brokers coming back), so more
 workers than cores pay off: on the project's 2-core machine two workers left the CPU 20-60%
 idle through the Kafka run, and three took run 1 from 447 s to 341 s and run 2 from 666 s to
-592 s (2026-11-29), with the CPU then busy throughout. Without a distribution or Java, run 2 is skipped with one line saying why —
-unless ``SHALLOWMIRROR_REQUIRE_KAFKA=1`` (CI, when a distribution ships beside the project),
-where that is a failure. Clusters given by ``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` replace
-both runs by one.
+592 s (2026-11-29), with the CPU then busy throughout. Without a distribution or Java, run 2 is
+skipped with one line saying why — unless ``SHALLOWMIRROR_REQUIRE_KAFKA=1`` (CI, when a
+distribution ships beside the project), where that is a failure. Clusters given by
+``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` replace both runs by one.
 
 Exit status: non-zero if any run failed or collected no test. The last line counts both runs in
 the form CI reads: ``total: N passed, N failed, N skipped``.
