@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from engine_support import NO_DELETE_RECORDS
 
 from shallowmirror.engine.rawfetch import fetch_all
 from shallowmirror.mirror.clients import admin_client
@@ -241,6 +242,7 @@ def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_
     assert codecs == {1}, codecs  # gzip
 
 
+@pytest.mark.needs_real_kafka(NO_DELETE_RECORDS)
 def test_readers_from_the_log_start_follow_a_moved_log_start(source_cluster, unique_topic):
     """Where retention moved the log start, Kafka answers a fetch at 0 with OFFSET_OUT_OF_RANGE
     and no log start; the readers that start there then ask ListOffsets. The deep path's codec

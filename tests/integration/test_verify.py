@@ -16,7 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_support import _flip_last_byte_on_disk, delete_records_before, three_batches
+from engine_support import (
+    NO_DELETE_RECORDS,
+    _flip_last_byte_on_disk,
+    delete_records_before,
+    three_batches,
+)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from test_mirror_cli import group_timings, mm2_properties, run_cli, run_until_caught_up
 
@@ -264,6 +269,7 @@ def test_verify_reports_a_missing_tail_and_an_extra_batch(source_cluster, target
     assert f"source A {extra}-0" not in result.stdout     # partition 0 is equal
 
 
+@pytest.mark.needs_real_kafka(NO_DELETE_RECORDS)
 def test_verify_skips_what_the_source_log_no_longer_has(source_cluster, target_cluster,
                                                           tmp_path, unique_topic):
     """Retention (or DeleteRecords) moved the source's log start: the target's first batches
