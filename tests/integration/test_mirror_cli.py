@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from engine_support import NO_DELETE_RECORDS
+from engine_support import NO_DELETE_RECORDS, delete_records_before, three_batches
 
 from shallowmirror.engine.rawfetch import fetch_all
 from shallowmirror.mirror.clients import admin_client
@@ -248,8 +248,6 @@ def test_readers_from_the_log_start_follow_a_moved_log_start(source_cluster, uni
     and no log start; the readers that start there then ask ListOffsets. The deep path's codec
     probe (it recompresses with the source's codec; it said None: the default codec) and the
     fetch-only reader (it raised)."""
-    from engine_support import delete_records_before, three_batches
-
     from shallowmirror.mirror.codec_probe import probe_codec
 
     topic = unique_topic("probe")
@@ -423,13 +421,13 @@ def test_a_source_cluster_lost_mid_run_is_reported(start_broker, target_cluster,
     config = mm2_properties(tmp_path / "mm2.properties", source, target_cluster,
                             **_flow(topics=topic))
     log_path = tmp_path / "mirror.log"
-    # The shallow path: its connection lost, then a round of reconnections failed.
-    also = "cluster A: cannot reach" if mode == "shallow" else says
+    # The shallow path also waits for a failed round of reconnections.
+    warnings = (says, "cluster A: cannot reach") if mode == "shallow" else (says,)
 
     def reported() -> bool:
         lines = log_path.read_text().splitlines()
         return all(any(" WARNING " in line and text in line for line in lines)
-                   for text in (says, also))
+                   for text in warnings)
 
     log = _mirror_around(config, tmp_path, target_cluster, f"A.{topic}", 500, source.stop,
                          (reported, f"a warning saying {says!r}"),
