@@ -15,6 +15,10 @@ skipped with one line saying why — unless ``SHALLOWMIRROR_REQUIRE_KAFKA=1`` (C
 distribution ships beside the project), where that is a failure. Clusters given by
 ``SHALLOWMIRROR_SOURCE/TARGET_BOOTSTRAP`` replace both runs by one.
 
+Run 2 starts some 40 Kafka JVMs. While run 1 goes, one throwaway broker writes a class-data
+archive of Kafka's start-up (``kafka.build_class_archive``) that run 2's brokers map: a broker
+then comes up in 4.4 instead of 6.4 CPU s. If it cannot be written, run 2 goes without it.
+
 Exit status: non-zero if any run failed or collected no test. The last line counts both runs in
 the form CI reads: ``total: N passed, N failed, N skipped``.
 """
@@ -23,14 +27,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from shallowmirror.testing.clusters import BROKER_ENV
 from shallowmirror.testing.embedded import SOURCE_ENV, TARGET_ENV, BrokerStartError
-from shallowmirror.testing.kafka import find_kafka_home
+from shallowmirror.testing.kafka import CLASS_ARCHIVE_ENV, build_class_archive, find_kafka_home
 
 REQUIRE_KAFKA_ENV = "SHALLOWMIRROR_REQUIRE_KAFKA"
 KAFKA_WORKERS_ENV = "SHALLOWMIRROR_KAFKA_WORKERS"
@@ -85,6 +93,35 @@ def kafka_run_plan() -> tuple[str | None, str]:
         return None, str(err)
 
 
+class ClassArchive:
+    """``kafka.build_class_archive`` in a thread of its own, while run 1 goes."""
+
+    def __init__(self, kafka_home: str) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="shallowmirror-kafka-classes-"))
+        self.path: Path | None = None
+        self.problem = ""
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._build, args=(kafka_home,), daemon=True)
+        self._thread.start()
+
+    def _build(self, kafka_home: str) -> None:
+        started = time.monotonic()
+        try:
+            self.path = build_class_archive(self.folder / "kafka.jsa", kafka_home=kafka_home)
+        except Exception as err:  # noqa: BLE001 - run 2 goes without it, and says why
+            self.problem = str(err).splitlines()[0] if str(err) else type(err).__name__
+        self.seconds = time.monotonic() - started
+
+    def wait(self) -> Path | None:
+        """The archive once written (None, with ``problem`` saying why, if it was not)."""
+        self._thread.join()
+        return self.path
+
+    def remove(self) -> None:
+        self._thread.join()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def _xdist_args(workers: int) -> list[str]:
     try:
         import xdist  # noqa: F401
@@ -102,20 +139,31 @@ def main(argv: list[str] | None = None) -> int:
                                   base_env))
         return _finish(results, missing_kafka=None)
 
-    tansu_env = {**base_env, BROKER_ENV: "tansu"}
-    tansu_args = [*_xdist_args(int(base_env.get(TANSU_WORKERS_ENV, str(WORKERS)))), *args]
-    results.append(run_pytest("run 1 of 2: every test, embedded tansu brokers", tansu_args,
-                              tansu_env))
-
     home, why = kafka_run_plan()
-    if home is None:
-        return _finish(results, missing_kafka=why)
-    workers = int(base_env.get(KAFKA_WORKERS_ENV, str(WORKERS)))
-    kafka_env = {**base_env, BROKER_ENV: "kafka", "KAFKA_HOME": home}
-    kafka_args = ["-m", "integration", *_xdist_args(workers), *args]
-    results.append(run_pytest(f"run 2 of 2: integration tests, Apache Kafka from {home}",
-                              kafka_args, kafka_env))
-    return _finish(results, missing_kafka=None)
+    archive = ClassArchive(home) if home is not None else None
+    try:
+        tansu_env = {**base_env, BROKER_ENV: "tansu"}
+        tansu_args = [*_xdist_args(int(base_env.get(TANSU_WORKERS_ENV, str(WORKERS)))), *args]
+        results.append(run_pytest("run 1 of 2: every test, embedded tansu brokers", tansu_args,
+                                  tansu_env))
+        if home is None or archive is None:
+            return _finish(results, missing_kafka=why)
+        workers = int(base_env.get(KAFKA_WORKERS_ENV, str(WORKERS)))
+        kafka_env = {**base_env, BROKER_ENV: "kafka", "KAFKA_HOME": home}
+        if archive.wait() is not None:
+            kafka_env[CLASS_ARCHIVE_ENV] = str(archive.path)
+            print(f"\nKafka class archive for run 2's brokers: written in {archive.seconds:.0f}s",
+                  flush=True)
+        else:
+            print(f"\nKafka class archive not written ({archive.problem}): run 2's brokers "
+                  "start without it", flush=True)
+        kafka_args = ["-m", "integration", *_xdist_args(workers), *args]
+        results.append(run_pytest(f"run 2 of 2: integration tests, Apache Kafka from {home}",
+                                  kafka_args, kafka_env))
+        return _finish(results, missing_kafka=None)
+    finally:
+        if archive is not None:
+            archive.remove()
 
 
 def _finish(results: list[RunResult], missing_kafka: str | None) -> int:

@@ -57,8 +57,33 @@ def test_two_clusters_distinct_stopped_by_pid_and_data_removed(broker_log_dir):
         pids = [c.pid for c in pair]
         dirs = [c.work_dir for c in pair]
         assert all("kafka.Kafka" in psutil.Process(pid).cmdline() for pid in pids)
+        # Formatted from one copy of kafka-storage.sh's output: the same checkpoint, and a
+        # meta.properties of each node's own that the broker took (it is up, with that id).
+        metas = [_properties(c.data_dir / "meta.properties") for c in pair]
+        assert [m["cluster.id"] for m in metas] == [c.cluster_id for c in pair]
+        assert len({m["directory.id"] for m in metas}) == 2
+        assert all(m["node.id"] == "1" and m["version"] == "1" for m in metas)
+        checkpoints = {(c.data_dir / "bootstrap.checkpoint").read_bytes() for c in pair}
+        assert len(checkpoints) == 1
     assert all(pid_gone(pid) for pid in pids)
     assert not any(d.exists() for d in dirs)
+
+
+def _properties(path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines()
+                if "=" in line and not line.startswith("#"))
+
+
+@pytest.mark.skipif(not os.environ.get(kafka.CLASS_ARCHIVE_ENV),
+                    reason="no class archive given (`make test` writes one for its Kafka run)")
+def test_brokers_map_the_class_archive_the_suite_wrote(clusters):
+    """The archive is only worth its build if the JVM takes it: one written by another Java,
+    or for another class path, is ignored with a warning and the brokers load every class."""
+    archive = os.path.realpath(os.environ[kafka.CLASS_ARCHIVE_ENV])
+    for cluster in clusters:
+        maps = psutil.Process(cluster.pid).memory_maps(grouped=True)
+        assert any(os.path.realpath(m.path) == archive for m in maps), (
+            f"broker {cluster.alias} (pid {cluster.pid}) does not map {archive}")
 
 
 def test_a_port_clash_gives_a_clear_error(broker_log_dir, caplog):
