@@ -87,3 +87,14 @@ def test_the_callers_ctrl_c_handler_survives_the_session_start(java):
                           timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["kept"], proc.stdout
+
+
+def test_the_local_driver_jvm_compiles_with_the_quick_compiler_only(spark):
+    """A report's JVM lives under a minute: the optimising compiler cost more than it saved
+    (``LOCAL_JIT_OPTION``). The option must reach the JVM spark-submit launched."""
+    from shallowmirror.reports.spark import LOCAL_JIT_OPTION
+
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                     .getInputArguments())
+    assert LOCAL_JIT_OPTION in arguments, arguments
