@@ -50,10 +50,11 @@ from shallowmirror.testing import embedded
 os.environ.setdefault(
     "KAFKA_JVM_PERFORMANCE_OPTS",
     "-server -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto -Djava.awt.headless=true")
-#: Spark's driver JVM (local reports: spark-submit adds SPARK_SUBMIT_OPTS to it) the same way: the
-#: whole report over the test fixtures took 77 CPU s (46.6 s wall) and takes 36 (33.8 s), and the
-#: suite computes it three times. Same results; a value set by the caller wins.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+#: Spark's driver JVM (local reports: spark-submit adds SPARK_SUBMIT_OPTS to it) with the serial
+#: collector too. Its C1-only compiling is the product's own for local sessions
+#: (``reports.spark.LOCAL_JIT_OPTION``), and a test checks that it reaches the JVM. A value set by
+#: the caller wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:+UseSerialGC")
 
 #: Every broker the fixtures started, checked at session end. Process handles, not bare pids:
 #: pids wrap quickly here (pid_max 32768, every JVM thread takes one), and a pid this worker's
