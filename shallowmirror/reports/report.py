@@ -127,13 +127,16 @@ def compute(spark: SparkSession, inputs: Sequence[Path], window_s: float = 1.0) 
         kinds = {r["kind"] for r in records.select("kind").where(F.col("kind").isNotNull())
                  .distinct().collect()}
         if ms.BENCH_RUN in kinds:
+            log.info("computing the tables of the benchmark runs")
             tables.update(_bench_tables(jobs.bench_runs(records).cache()))
         flow = jobs.flow_records(records).cache()
         if ms.FLOW in kinds:
+            log.info("computing the mirror flows' throughput")
             tables["flow_totals"] = _rows(jobs.flow_totals(flow))
             tables["flow_windows"] = _rows(
                 jobs.flow_windows(flow, window_s, by=("run_id", "flow")))
         if ms.PROCESS in kinds:
+            log.info("computing the processes' CPU and memory")
             process = jobs.process_records(records)
             processes = jobs.process_summary(process).cache()
             tables["process_summary"] = _rows(processes)
@@ -175,6 +178,7 @@ def run_report(
     if spark is None:
         from shallowmirror.reports.spark import spark_session, stop_session
 
+        log.info("starting Spark (%s); a local session takes about 10 s", master)
         spark = spark_session(master)
     try:
         log.info("report over %d file(s) on %s", len(files), spark.sparkContext.master)
