@@ -117,8 +117,12 @@ class ClassArchive:
         self._thread.join()
         return self.path
 
-    def remove(self) -> None:
-        self._thread.join()
+    def remove(self, *, wait: bool = True) -> None:
+        """Remove the archive; ``wait=False`` (interrupted) does not wait for a build still
+        running: its broker was launched from the build's thread, so it gets SIGTERM when that
+        thread ends with this process (``embedded._set_parent_death_signal``)."""
+        if wait:
+            self._thread.join()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -131,7 +135,15 @@ def _xdist_args(workers: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _runs(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        # pytest has said where it stopped; no traceback of this runner over it.
+        print("\ninterrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _runs(args: list[str]) -> int:
     base_env = dict(os.environ)
     results: list[RunResult] = []
     if base_env.get(SOURCE_ENV) or base_env.get(TARGET_ENV):
@@ -161,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_pytest(f"run 2 of 2: integration tests, Apache Kafka from {home}",
                                   kafka_args, kafka_env))
         return _finish(results, missing_kafka=None)
+    except KeyboardInterrupt:
+        if archive is not None:
+            archive.remove(wait=False)
+            archive = None
+        raise
     finally:
         if archive is not None:
             archive.remove()
