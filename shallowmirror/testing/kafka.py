@@ -266,8 +266,10 @@ def _jvm_env(cluster: KafkaCluster) -> dict[str, str]:
     return env
 
 
-#: (Kafka home, SCRAM users) -> a data dir ``kafka-storage.sh format`` wrote in this process.
-_FORMATTED: dict[tuple[str, tuple[tuple[str, str], ...]], Path] = {}
+#: (Kafka home, SCRAM users) -> the files ``kafka-storage.sh format`` wrote in this process,
+#: less ``meta.properties`` (name -> bytes: a few hundred, kept in memory so nothing is left on
+#: disk by a process that ends without running its exit handlers, as pytest-xdist workers do).
+_FORMATTED: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, bytes]] = {}
 _FORMAT_LOCK = threading.Lock()
 
 
@@ -275,48 +277,49 @@ def _format_storage(cluster: KafkaCluster) -> None:
     """Write what ``kafka-storage.sh format`` writes into the node's data dir:
     ``bootstrap.checkpoint`` (the metadata version, and SCRAM users) and ``meta.properties``
     (cluster id, node id, directory id). The checkpoint names no cluster or node, so the
-    distribution's tool formats one data dir per process and set of users, and each node gets
-    a copy of its checkpoint and a ``meta.properties`` of its own: the tool is a JVM of its own,
-    ~3.7 CPU s each time, and a test run starts dozens of nodes."""
-    template = _format_template(cluster)
+    distribution's tool formats once per process and set of users, and each node gets a copy
+    of its checkpoint and a ``meta.properties`` of its own: the tool is a JVM of its own, ~3.7
+    CPU s each time, and a test run starts dozens of nodes."""
+    files = _formatted_files(cluster)
     cluster.data_dir.mkdir(parents=True, exist_ok=True)
-    for item in template.iterdir():
-        if item.name != "meta.properties":
-            shutil.copyfile(item, cluster.data_dir / item.name)
+    for name, content in files.items():
+        (cluster.data_dir / name).write_bytes(content)
     (cluster.data_dir / "meta.properties").write_text(
         f"node.id={cluster.node_id}\ndirectory.id={_random_uuid()}\nversion=1\n"
         f"cluster.id={cluster.cluster_id}\n")
 
 
-def _format_template(cluster: KafkaCluster) -> Path:
-    """A data dir the distribution's ``kafka-storage.sh format`` wrote for ``cluster``'s Kafka
-    home and SCRAM users, once per process (removed when it exits)."""
+def _formatted_files(cluster: KafkaCluster) -> dict[str, bytes]:
+    """The files but ``meta.properties`` that the distribution's ``kafka-storage.sh format``
+    writes for ``cluster``'s Kafka home and SCRAM users: run once per process, in a folder
+    removed right after."""
     key = (str(cluster.kafka_home), tuple(sorted(cluster.sasl_users.items())))
     with _FORMAT_LOCK:
-        template = _FORMATTED.get(key)
-        if template is not None and (template / "bootstrap.checkpoint").is_file():
-            return template
-        work = Path(tempfile.mkdtemp(prefix="kafka-format-"))
-        atexit.register(shutil.rmtree, work, ignore_errors=True)
-        template = work / "data"
-        config = work / "server.properties"
-        config.write_text(_server_properties(cluster, data_dir=template))
-        cmd = [str(cluster.kafka_home / "bin" / "kafka-storage.sh"), "format",
-               f"--cluster-id={cluster.cluster_id}", "-c", str(config)]
-        for user, password in cluster.sasl_users.items():
-            for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-                cmd += ["--add-scram", f"{mech}=[name={user},password={password}]"]
-        env = _jvm_env(cluster)
-        env["KAFKA_HEAP_OPTS"] = "-Xmx128m"
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
-        if done.returncode != 0 or not (template / "bootstrap.checkpoint").is_file():
-            raise BrokerStartError(
-                f"kafka-storage.sh format failed for cluster {cluster.alias} "
-                f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}"
-            )
-        _FORMATTED[key] = template
-        return template
+        files = _FORMATTED.get(key)
+        if files is not None:
+            return files
+        with tempfile.TemporaryDirectory(prefix="kafka-format-") as work:
+            data = Path(work) / "data"
+            config = Path(work) / "server.properties"
+            config.write_text(_server_properties(cluster, data_dir=data))
+            cmd = [str(cluster.kafka_home / "bin" / "kafka-storage.sh"), "format",
+                   f"--cluster-id={cluster.cluster_id}", "-c", str(config)]
+            for user, password in cluster.sasl_users.items():
+                for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                    cmd += ["--add-scram", f"{mech}=[name={user},password={password}]"]
+            env = _jvm_env(cluster)
+            env["KAFKA_HEAP_OPTS"] = "-Xmx128m"
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120,
+                                  stdin=subprocess.DEVNULL)
+            if done.returncode != 0 or not (data / "bootstrap.checkpoint").is_file():
+                raise BrokerStartError(
+                    f"kafka-storage.sh format failed for cluster {cluster.alias} "
+                    f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}"
+                )
+            files = {item.name: item.read_bytes() for item in data.iterdir()
+                     if item.is_file() and item.name != "meta.properties"}
+        _FORMATTED[key] = files
+        return files
 
 
 def _launch(cluster: KafkaCluster) -> None:
