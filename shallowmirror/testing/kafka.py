@@ -267,8 +267,8 @@ def _jvm_env(cluster: KafkaCluster) -> dict[str, str]:
 
 
 #: (Kafka home, SCRAM users) -> the files ``kafka-storage.sh format`` wrote in this process,
-#: less ``meta.properties`` (name -> bytes: a few hundred, kept in memory so nothing is left on
-#: disk by a process that ends without running its exit handlers, as pytest-xdist workers do).
+#: less ``meta.properties`` (name -> bytes: a few hundred, kept in memory: a template folder
+#: removed by an exit handler was left behind by some test processes of a Kafka run).
 _FORMATTED: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, bytes]] = {}
 _FORMAT_LOCK = threading.Lock()
 

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from shallowmirror.mirror.config import load_properties
 from shallowmirror.testing import kafka
 from shallowmirror.testing.embedded import BrokerStartError, pid_gone
 from shallowmirror.testing.topics import read_topic
@@ -59,7 +60,7 @@ def test_two_clusters_distinct_stopped_by_pid_and_data_removed(broker_log_dir):
         assert all("kafka.Kafka" in psutil.Process(pid).cmdline() for pid in pids)
         # Formatted from one copy of kafka-storage.sh's output: the same checkpoint, and a
         # meta.properties of each node's own that the broker took (it is up, with that id).
-        metas = [_properties(c.data_dir / "meta.properties") for c in pair]
+        metas = [load_properties(c.data_dir / "meta.properties") for c in pair]
         assert [m["cluster.id"] for m in metas] == [c.cluster_id for c in pair]
         assert len({m["directory.id"] for m in metas}) == 2
         assert all(m["node.id"] == "1" and m["version"] == "1" for m in metas)
@@ -67,11 +68,6 @@ def test_two_clusters_distinct_stopped_by_pid_and_data_removed(broker_log_dir):
         assert len(checkpoints) == 1
     assert all(pid_gone(pid) for pid in pids)
     assert not any(d.exists() for d in dirs)
-
-
-def _properties(path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines()
-                if "=" in line and not line.startswith("#"))
 
 
 @pytest.mark.skipif(not os.environ.get(kafka.CLASS_ARCHIVE_ENV),
