@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import select
+import signal
 import sys
 
 from shallowmirror import __version__
@@ -70,16 +73,40 @@ def main(argv: list[str] | None = None) -> int:
     stops = StopSignals.install()
     try:
         code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that left (`| head`) is found here, not at exit
         stops.check()      # a Ctrl-C lost on its way still ends the command as one
         return code
     except KeyboardInterrupt as interrupt:
         return _interrupted(args.command, interrupt)
+    except BrokenPipeError as err:
+        if _reader_left():
+            return 128 + signal.SIGPIPE
+        return _unexpected(args.command, err)
     except Exception as err:  # noqa: BLE001 - the last line of defence: a message, not a trace
         interrupt = stops.received_interrupt()
         if interrupt is not None:
             logging.getLogger("shallowmirror").debug("after the stop signal", exc_info=err)
             return _interrupted(args.command, interrupt)
         return _unexpected(args.command, err)
+
+
+def _reader_left() -> bool:
+    """Whether standard output's reader has gone (``shallowmirror info | head -1``). If so, the
+    command ends quietly with the status a shell gives a tool SIGPIPE ended, as Unix tools do,
+    and the rest of its output goes nowhere (not into an error at exit). A pipe whose reader
+    closed polls as an error; a broken pipe of a socket or a child leaves stdout as it was."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poll.poll(0)):
+            return False
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no real stdout (embedded, captured)
+        return False
+    return True
 
 
 def _interrupted(command: str, interrupt: KeyboardInterrupt) -> int:

@@ -255,6 +255,21 @@ def test_brokers_refuses_aliases_mirror_would_refuse(aliases, message):
     assert "up on 127.0.0.1" not in result.stderr     # nothing was started
 
 
+@pytest.mark.parametrize("args", [["info"], ["info", "--config-reference"]])
+def test_a_reader_that_left_ends_the_command_quietly(args):
+    """``shallowmirror info | head -1``: the reader may be gone before everything is written.
+    The command then stops as a Unix tool ended by SIGPIPE does (status 141), without a word;
+    it said "unexpected BrokenPipeError (this is a bug)" before."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)               # gone before the first byte: every write fails
+    try:
+        result = subprocess.run([sys.executable, "-m", "shallowmirror", *args],
+                                stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
 def test_info_says_what_each_optional_part_needs_and_where_it_was_found(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_HOME"}
     result = subprocess.run([sys.executable, "-m", "shallowmirror", "info"], capture_output=True,
