@@ -16,7 +16,7 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).parent
 REQUIRE_NATIVE = os.environ.get("SHALLOWMIRROR_REQUIRE_NATIVE") == "1"
 #: Native modules that are not the codec's: the package each one is built into.
-PACKAGE_OF = {"_cloops": "shallowmirror.engine"}
+PACKAGE_OF = {"_cloops": "shallowmirror.engine", "_csend": "shallowmirror.net"}
 
 
 def native_extensions():

@@ -56,9 +56,14 @@ def run(args: argparse.Namespace) -> int:
         print(config_reference(), end="")
         return 0
     from shallowmirror import __version__, codec
+    from shallowmirror.engine import hotpath
+    from shallowmirror.net import connection
 
     print(f"shallowmirror {__version__}")
     print(f"codec: {codec.IMPLEMENTATION}")
+    # Each native module falls back to its twin on its own: a partial build shows here.
+    print(f"engine loops: {hotpath.IMPLEMENTATION}")
+    print(f"send path: {connection.SEND_IMPLEMENTATION}")
     try:
         from shallowmirror.testing.embedded import find_tansu
 

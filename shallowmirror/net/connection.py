@@ -66,10 +66,24 @@ from shallowmirror.errors import (
     LocatedError,
     Where,
 )
+from shallowmirror.implementation import choose
+from shallowmirror.net import sendmsg as _sendmsg_twin
 from shallowmirror.net.config import ClientSettings
 from shallowmirror.net.protocol import versions
+from shallowmirror.net.sendmsg import BufferLike
 
 log = logging.getLogger(__name__)
+
+
+def _load_native_send():
+    from shallowmirror.net import _csend
+
+    return _csend
+
+
+#: The send path's build, chosen as the codec's is ("native" or "python").
+SEND_IMPLEMENTATION, _send = choose(_sendmsg_twin, _load_native_send, "send path")
+send_buffers = _send.send_buffers
 
 _SIZE = struct.Struct(">i")
 #: Receive buffer for small frames and the heads of large ones.
@@ -83,15 +97,10 @@ _FRAME_WAKE_BYTES = 1 << 20
 #: How long a request past its deadline under a raised wake mark is given once the mark is
 #: dropped: its answer, if it is here, is read on the next loop turn.
 _OVERDUE_GRACE_S = 0.1
-try:
-    _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
-except (AttributeError, ValueError, OSError):
-    _IOV_MAX = 16
 _UNSUPPORTED_VERSION = 35
 _UNSUPPORTED_SASL_MECHANISM = 33
 _ILLEGAL_SASL_STATE = 34
 
-BufferLike = bytes | bytearray | memoryview
 
 
 class AuthenticationFailedError(LocatedError):
@@ -302,7 +311,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 self._update_lowat()
         if sock is not None and transport.get_write_buffer_size() == 0:
             try:
-                rest = _sendmsg_all(sock, buffers)
+                rest = send_buffers(sock, buffers)
             except OSError as err:       # reset or closed by the broker under the write
                 if expect_response:
                     self.in_flight.pop()  # this request: its caller gets the raise instead
@@ -441,31 +450,6 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._frame = self._frame_view = None
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
-
-
-def _sendmsg_all(sock: socket.socket, buffers: Sequence[BufferLike]) -> list[BufferLike]:
-    """Send as much of ``buffers`` as the socket takes now; return views of the rest."""
-    index, count = 0, len(buffers)
-    while index < count:
-        chunk = buffers[index:index + _IOV_MAX]
-        try:
-            sent = sock.sendmsg(chunk)
-        except (BlockingIOError, InterruptedError):
-            break
-        if sent == sum(map(len, chunk)):      # the usual case: all of it, no walk
-            index += len(chunk)
-            continue
-        # Skip the buffers sent whole, then cut into the one sent in part.
-        for piece in chunk:
-            size = len(piece)
-            if sent >= size:
-                sent -= size
-                index += 1
-                continue
-            rest = [memoryview(piece)[sent:]]
-            rest.extend(buffers[index + 1:])
-            return rest
-    return list(buffers[index:])
 
 
 #: Appended to connection errors by phase: what a failure at that step usually means.

@@ -276,6 +276,6 @@ def test_info_says_what_each_optional_part_needs_and_where_it_was_found(tmp_path
                             text=True, timeout=60, env={**env, "KAFKA_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     keys = [line.split(":", 1)[0] for line in result.stdout.splitlines()[1:]]
-    assert keys == ["codec", "tansu", "kafka", "java"], result.stdout
+    assert keys == ["codec", "engine loops", "send path", "tansu", "kafka", "java"], result.stdout
     assert f"kafka: not found: {tmp_path}" in result.stdout
     assert "java: " in result.stdout and "Traceback" not in result.stderr

@@ -1,6 +1,5 @@
-"""Receive framing and zero-copy send, without a broker: the protocol object is fed bytes in
-arbitrary cuts exactly as asyncio would (get_buffer + buffer_updated); sendmsg runs on a real
-socketpair with a small buffer so partial writes happen."""
+"""Receive framing, without a broker: the protocol object is fed bytes in arbitrary cuts exactly
+as asyncio would (get_buffer + buffer_updated). The zero-copy send is test_send_buffers.py's."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from shallowmirror.net.connection import (
     _SCRATCH_BYTES,
     BrokerConnection,
     _FrameProtocol,
-    _sendmsg_all,
 )
 
 
@@ -102,29 +100,6 @@ def test_large_frame_is_received_in_place():
     frame = delivered[0]
     assert isinstance(frame.obj, bytearray) and len(frame.obj) == len(frames[0])
     assert bytes(frame) == frames[0]
-
-
-def test_sendmsg_all_returns_exactly_the_unsent_rest():
-    left, right = socket.socketpair()
-    try:
-        left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        left.setblocking(False)
-        # More pieces than IOV_MAX, and more bytes than the socket buffer takes.
-        pieces = [bytes([i % 256]) * (1 + i % 97) for i in range(3000)]
-        payload = b"".join(pieces)
-        rest = _sendmsg_all(left, pieces)
-        sent_now = len(payload) - sum(len(p) for p in rest)
-        assert 0 < sent_now < len(payload)
-        received = bytearray()
-        while len(received) < sent_now:
-            received += right.recv(1 << 20)
-        assert bytes(received) == payload[:sent_now]
-        assert b"".join(bytes(p) for p in rest) == payload[sent_now:]
-        # Untouched pieces are the caller's own objects, not copies.
-        assert rest[-1] is pieces[-1]
-    finally:
-        left.close()
-        right.close()
 
 
 def test_callback_requests_are_answered_on_the_reading_turn_and_failed_on_a_later_one():
