@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,9 +52,14 @@ def _parse_int(raw: Any) -> int:
 
 def _parse_float(raw: Any) -> float:
     try:
-        return float(str(raw).strip())
+        value = float(str(raw).strip())
     except ValueError:
         raise ValueError(f"expected a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        # nan passes every minimum check (all its comparisons are false) and an interval of
+        # nan seconds busy-loops: a finite number is the only meaningful value.
+        raise ValueError(f"expected a finite number, got {raw!r}")
+    return value
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {

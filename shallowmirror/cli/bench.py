@@ -17,6 +17,7 @@ from shallowmirror.bench.matrix import (
     DEFAULT_RECORDS,
     DEFAULT_VALUE_BYTES,
 )
+from shallowmirror.cli.formatting import finite_float
 
 DEFAULT_MODES = "shallow,deep-confluent,fetch-only"
 
@@ -73,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(repeatable)")
     p.add_argument("--latency-probes", type=int, default=20,
                    help="probe records per run for end-to-end latency (0: none)")
-    p.add_argument("--run-timeout", type=float, default=900.0, help="seconds per run")
+    p.add_argument("--run-timeout", type=finite_float, default=900.0, help="seconds per run")
     p.add_argument("--out", default="bench-results.jsonl", help="JSON lines file to append to")
     p.add_argument("--report", metavar="DIR", help="also render the report into DIR")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

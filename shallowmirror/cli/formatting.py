@@ -8,6 +8,7 @@ is shown only when it has one and its help does not already say it.
 from __future__ import annotations
 
 import argparse
+import math
 import textwrap
 
 #: Log levels ``--log-level`` accepts (any case).
@@ -59,6 +60,18 @@ def _shell_lines(command: str, width: int = 94) -> list[str]:
             current = "      "
         current += ("" if current.endswith(" ") else " ") + word
     return lines + [current]
+
+
+def finite_float(text: str) -> float:
+    """A number of seconds (or any float option): nan and inf are refused, as a settings key's
+    are (``settings._parse_float``): nan slips past every bound and never ends a wait."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def log_level(text: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from shallowmirror.cli.formatting import finite_float
+
 
 def add_process_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `mirror` and `legacy` (they override the configuration file)."""
@@ -15,9 +17,9 @@ def add_process_options(p: argparse.ArgumentParser) -> None:
                    help="stop (committing offsets) once every flow has mirrored its topics up "
                         "to their high watermarks, at least every record on the source when "
                         "the mirror started")
-    p.add_argument("--caught-up-timeout", type=float, metavar="SECONDS",
+    p.add_argument("--caught-up-timeout", type=finite_float, metavar="SECONDS",
                    help="with --exit-when-caught-up: give up (exit status 1) after this long")
-    p.add_argument("--status-interval", type=float, metavar="SECONDS",
+    p.add_argument("--status-interval", type=finite_float, metavar="SECONDS",
                    help="status line period (status.interval.seconds; 0 turns it off)")
     p.add_argument("--prometheus-port", type=int, metavar="PORT",
                    help="serve Prometheus metrics on this port (prometheus.port)")

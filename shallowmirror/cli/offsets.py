@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from shallowmirror.cli.formatting import finite_float
+
 if TYPE_CHECKING:
     from shallowmirror.replication.groups import CommittedOffset
 
@@ -50,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("config", metavar="mm2.properties", help="MirrorMaker 2 properties file")
     common.add_argument("--group", required=True, help="the consumer group")
-    common.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    common.add_argument("--timeout", type=finite_float, default=30.0, metavar="SECONDS",
                         help="how long a cluster may take to answer (default 30)")
 
     t = actions.add_parser("translate", parents=[common],

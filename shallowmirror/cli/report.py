@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from shallowmirror.cli.formatting import finite_float
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from shallowmirror.cli.formatting import epilog
@@ -28,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write the report to")
     p.add_argument("--master", default="local[*]",
                    help="Spark master URL (default: local[*]; e.g. spark://host:7077, yarn)")
-    p.add_argument("--window-s", type=float, default=1.0, metavar="N",
+    p.add_argument("--window-s", type=finite_float, default=1.0, metavar="N",
                    help="width of the throughput-over-time windows in seconds (default: 1)")
     p.set_defaults(func=run)
 

@@ -255,6 +255,21 @@ def test_brokers_refuses_aliases_mirror_would_refuse(aliases, message):
     assert "up on 127.0.0.1" not in result.stderr     # nothing was started
 
 
+@pytest.mark.parametrize("args", [
+    ["mirror", "mm2.properties", "--caught-up-timeout", "nan"],
+    ["mirror", "mm2.properties", "--status-interval", "inf"],
+    ["offsets", "translate", "mm2.properties", "--group", "g", "--timeout", "nan"],
+    ["report", "x", "--window-s", "nan"],
+    ["bench", "--run-timeout=-inf"],
+])
+def test_a_seconds_option_must_be_a_finite_number(args):
+    """``--caught-up-timeout nan`` never timed out (every comparison with nan is false)."""
+    result = run_cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert "expected a finite number, got" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("args", [["info"], ["info", "--config-reference"]])
 def test_a_reader_that_left_ends_the_command_quietly(args):
     """``shallowmirror info | head -1``: the reader may be gone before everything is written.
