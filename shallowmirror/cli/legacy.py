@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--abort.on.send.failure", dest="abort_on_send_failure", type=_bool,
                    default=True, metavar="true|false",
                    help="stop the mirror when sending fails (default true, as MirrorMaker 1)")
+    p.add_argument("--allow-unknown-keys", action="store_true",
+                   help="warn about keys no Kafka consumer/producer knows instead of refusing "
+                        "to start")
     add_process_options(p)
     p.set_defaults(func=run)
 
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             include=args.include, whitelist=args.whitelist, num_streams=args.num_streams,
             offset_commit_interval_ms=args.offset_commit_interval_ms,
             abort_on_send_failure=args.abort_on_send_failure, deep=args.deep,
+            allow_unknown_keys=args.allow_unknown_keys,
             consumer_config_path=f"--consumer.config {args.consumer_config}",
             producer_config_path=f"--producer.config {args.producer_config}")
     except ConfigError as err:

@@ -436,10 +436,7 @@ def _known_names() -> list[str]:
 
 
 def _closest(key: str) -> str | None:
-    import difflib
-
-    match = difflib.get_close_matches(key, _known_names(), n=1, cutoff=0.6)
-    return match[0] if match else None
+    return _closest_in(key, _known_names())
 
 
 def _check_top_level_key(key: str, clusters: list[str], warnings: list[str],
@@ -461,6 +458,56 @@ def _check_top_level_key(key: str, clusters: list[str], warnings: list[str],
                    + (f"; did you mean {hint!r}?" if hint else ""))
 
 
+def _role_key_hint(role: str, key: str) -> tuple[bool, str | None]:
+    """(whether ``key`` is known to a ``role`` client, the closest known key if not). Known:
+    that Java client's keys, the connection keys and the shallowmirror keys a role carries."""
+    from shallowmirror.mirror.client_keys import KEYS_OF_ROLE
+    from shallowmirror.net.config import CONNECTION_SETTINGS
+
+    known = KEYS_OF_ROLE[role] | set(CONNECTION_SETTINGS.names()) | _engine_names()
+    if key in known or _is_client_key(key):
+        return True, None
+    return False, _closest_in(key, known)
+
+
+def _scoped_key_problem(scope: str, key: str) -> str | None:
+    """The unknown-key problem of ``key`` under ``scope`` (``A.`` or ``A->B.``), or None when it
+    is known. A role key (``consumer.x``) must be known to that role (``_role_key_hint``); a
+    cluster key, any Java client's key, a connection or shallowmirror key, or one MirrorMaker
+    2 keeps and shallowmirror ignores. A Java client key shallowmirror does not use is
+    ignored, as MirrorMaker 2's clients ignore what they do not use."""
+    from shallowmirror.mirror.client_keys import ANY_CLIENT_KEYS, KEYS_OF_ROLE
+    from shallowmirror.net.config import CONNECTION_SETTINGS
+
+    role, _, rest = key.partition(".")
+    if role in KEYS_OF_ROLE and rest:
+        known, hint = _role_key_hint(role, rest)
+        if known:
+            return None
+        return (f"unknown configuration key '{scope}{key}': not a Kafka {role} setting"
+                + (f"; did you mean '{scope}{role}.{hint}'?" if hint else ""))
+    connection = set(CONNECTION_SETTINGS.names())
+    if (key in ANY_CLIENT_KEYS or key in connection or key in _engine_names()
+            or key in MIRROR_SETTINGS or _is_client_key(key) or key in MM2_IGNORED_KEYS
+            or key.startswith(MM2_IGNORED_PREFIXES)):
+        return None
+    hint = _closest_in(key, ANY_CLIENT_KEYS | connection | _engine_names()
+                       | set(MIRROR_SETTINGS.names()))
+    if hint is None:
+        return f"unknown configuration key '{scope}{key}'"
+    if hint in MIRROR_SETTINGS and MIRROR_SETTINGS[hint].scope == "flow":
+        return (f"unknown configuration key '{scope}{key}'; did you mean {hint!r}? (a flow "
+                f"setting: set it at the top level or as SOURCE->TARGET.{hint})")
+    return f"unknown configuration key '{scope}{key}'; did you mean '{scope}{hint}'?"
+
+
+def _closest_in(key: str, names: Iterable[str]) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 #: Closes the list of unknown-key problems: why they are errors, and the way out.
 UNKNOWN_KEYS_HINT = ("an unknown key is an error, so that a typo cannot change what is mirrored "
                      "(a misspelt `topics` would mirror every topic); --allow-unknown-keys "
@@ -477,6 +524,29 @@ def _client_problems(config: Mapping[str, str], alias: str) -> list[str]:
     except ConfigError as err:
         return err.problems
     return []
+
+
+def _same_cluster_problem(flow: FlowConfig) -> str | None:
+    """A flow whose source and target share a bootstrap address reads the cluster it writes.
+    With names kept (IdentityReplicationPolicy: every MirrorMaker 1 flow) each record is
+    mirrored onto itself, read again and copied again, without end: refused. (Two different
+    addresses of one cluster are not caught here.)"""
+    if flow.policy.detects_cycles:
+        return None
+    from shallowmirror.net.config import client_settings
+
+    try:
+        source = client_settings(flow.source_consumer, flow.source).bootstrap_servers
+        target = client_settings(flow.target_producer, flow.target).bootstrap_servers
+    except ConfigError:
+        return None                     # reported as the connection problem it is
+    shared = sorted({(h.lower(), p) for h, p in source} & {(h.lower(), p) for h, p in target})
+    if not shared:
+        return None
+    address = ", ".join(f"{h}:{p}" for h, p in shared)
+    return (f"{flow.name}: {flow.source} and {flow.target} are the same cluster ({address}) "
+            f"and {flow.policy.class_name} keeps topic names, so the mirror would read its "
+            "own copies and copy them again without end: point the target at another cluster")
 
 
 def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
@@ -517,6 +587,10 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
             if key in MIRROR_SETTINGS and MIRROR_SETTINGS[key].scope == "flow":
                 warnings.append(f"{alias}.{key}: {key} is a flow setting, not a cluster one; "
                                 f"it is ignored here: use {alias}->TARGET.{key} or {key}")
+            else:
+                problem = _scoped_key_problem(f"{alias}.", key)
+                if problem:
+                    unknown_keys.append(problem)
 
     # Flows: every `X->Y.*` key must name known aliases; enabled flows are the ones to run.
     enabled: list[tuple[str, str]] = []
@@ -547,8 +621,12 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
     for source, target in enabled:
         flow = f"{source}->{target}"
         flow_keys = per_flow[(source, target)]
-        for key in _non_role(flow_keys):
-            if key not in names and key not in MM2_IGNORED_KEYS and not _is_client_key(key) \
+        for key in flow_keys:
+            if key.startswith(CLIENT_ROLES):
+                problem = _scoped_key_problem(f"{flow}.", key)
+                if problem:
+                    unknown_keys.append(problem)
+            elif key not in names and key not in MM2_IGNORED_KEYS and not _is_client_key(key) \
                     and not key.startswith(("source.", "target.")):
                 hint = _closest(key)
                 unknown_keys.append(f"unknown configuration key '{flow}.{key}'"
@@ -617,6 +695,10 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                 continue
         flows.append(FlowConfig(source, target, settings, engine_raw, **clients))
 
+    for f in flows:
+        problem = _same_cluster_problem(f)
+        if problem:
+            problems.append(problem)
     identity_flows = [f for f in flows if not f.policy.detects_cycles]
     pairs = {(f.source, f.target) for f in identity_flows}
     for f in identity_flows:
@@ -672,15 +754,38 @@ def mm1_include_regex(include: str) -> str:
     return text.replace(",", "|")
 
 
+def _mm1_refresh_seconds(consumer_props: Mapping[str, str], path: str,
+                         problems: list[str]) -> float:
+    """How often MM1 mode looks for new topics: the consumer's ``metadata.max.age.ms``, as MM1's
+    regex subscription does, but at least ``refresh.topics.interval.seconds``' minimum (a
+    shorter metadata age is valid for a consumer; the topic scan just does not go faster)."""
+    raw = str(consumer_props.get("metadata.max.age.ms", "300000")).strip()
+    try:
+        ms = int(raw)
+    except ValueError:
+        problems.append(f"{path}: metadata.max.age.ms: expected a whole number of "
+                        f"milliseconds, got {raw!r}")
+        return 300.0
+    if ms < 0:
+        problems.append(f"{path}: metadata.max.age.ms must be at least 0, got {ms}")
+        return 300.0
+    return max(ms / 1000.0, MIRROR_SETTINGS["refresh.topics.interval.seconds"].minimum or 0.0)
+
+
 def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, str], *,
                 include: str | None, whitelist: str | None = None, num_streams: int = 1,
                 offset_commit_interval_ms: int | None = None,
                 abort_on_send_failure: bool = True, deep: bool = False,
                 consumer_config_path: str = "--consumer.config",
-                producer_config_path: str = "--producer.config") -> MirrorConfig:
+                producer_config_path: str = "--producer.config",
+                allow_unknown_keys: bool = False) -> MirrorConfig:
     """MirrorMaker 1 flags as an equivalent MM2 configuration: clusters ``source`` and
-    ``target``, one flow, identity topic names, no topic config sync (MM1 has none)."""
+    ``target``, one flow, identity topic names, no topic config sync (MM1 has none). A key
+    no Kafka consumer (producer) knows is a problem, or with ``allow_unknown_keys`` a
+    warning."""
     problems: list[str] = []
+    unknown: list[str] = []
+    ignored: set[tuple[str, str]] = set()      # (role, key): warned about here, not passed on
     if include and whitelist:
         problems.append("--include and --whitelist (its old name) are both given: keep only "
                         "--include")
@@ -694,12 +799,23 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
             problems.append(f"--include: bad regex {pattern!r}: {err}")
     if num_streams < 1:
         problems.append(f"--num.streams must be at least 1, got {num_streams}")
-    for path, props in ((consumer_config_path, consumer_props),
-                        (producer_config_path, producer_props)):
+    for path, props, role in ((consumer_config_path, consumer_props, "consumer"),
+                              (producer_config_path, producer_props, "producer")):
         if not str(props.get("bootstrap.servers", "")).strip():
             problems.append(f"{path}: bootstrap.servers is required")
+        for key in props:
+            known, hint = _role_key_hint(role, key)
+            if not known:
+                ignored.add((role, key))
+                unknown.append(f"{path}: unknown key {key!r}: not a Kafka {role} setting"
+                               + (f"; did you mean {hint!r}?" if hint else ""))
+    refresh_s = _mm1_refresh_seconds(consumer_props, consumer_config_path, problems)
+    if unknown and not allow_unknown_keys:
+        problems.extend(unknown + [UNKNOWN_KEYS_HINT])
     if problems:
         raise ConfigError(problems)
+    for warning in unknown:
+        log.warning("%s", warning)
     props: dict[str, str] = {
         "clusters": "source, target",
         "source->target.enabled": "true",
@@ -711,11 +827,12 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         "tasks.max": str(num_streams),
         "abort.on.send.failure": str(abort_on_send_failure).lower(),
         # MM1's regex subscription sees new topics at the consumer's metadata refresh.
-        "refresh.topics.interval.seconds": str(
-            int(consumer_props.get("metadata.max.age.ms", 300000)) / 1000.0),
+        "refresh.topics.interval.seconds": str(refresh_s),
     }
-    props.update({f"source.consumer.{k}": str(v) for k, v in consumer_props.items()})
-    props.update({f"target.producer.{k}": str(v) for k, v in producer_props.items()})
+    props.update({f"source.consumer.{k}": str(v) for k, v in consumer_props.items()
+                  if ("consumer", k) not in ignored})
+    props.update({f"target.producer.{k}": str(v) for k, v in producer_props.items()
+                  if ("producer", k) not in ignored})
     props["source.bootstrap.servers"] = str(consumer_props["bootstrap.servers"])
     props["target.bootstrap.servers"] = str(producer_props["bootstrap.servers"])
     if offset_commit_interval_ms is not None:
@@ -723,7 +840,7 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
     if "group.id" not in consumer_props:
         log.warning("%s has no group.id; using shallowmirror-source-target",
                     consumer_config_path)
-    return resolve_mm2(props, deep=deep)
+    return resolve_mm2(props, deep=deep, allow_unknown_keys=allow_unknown_keys)
 
 
 def config_reference_markdown() -> str:
@@ -733,7 +850,13 @@ def config_reference_markdown() -> str:
              "`<alias>.consumer.<key>`, `<alias>.producer.<key>`, `<alias>.admin.<key>`, and "
              "per flow `A->B.consumer.<key>` / `A->B.producer.<key>`; top-level "
              "`bootstrap.servers`, `security.protocol`, `ssl.*`, `sasl.*` apply to every "
-             "cluster. Any mirror or engine key may be set per flow as `A->B.<key>`.", "",
+             "cluster. Any mirror or engine key may be set per flow as `A->B.<key>`. At these "
+             "scopes a key must be an Apache Kafka 3.7 Java client's (of that role, under "
+             "`consumer.`/`producer.`/`admin.`), a connection key below or a shallowmirror "
+             "key; Java client keys shallowmirror does not use are accepted and ignored, "
+             "anything else is an unknown key (`A.topic` is a typo, not a setting). "
+             "`shallowmirror legacy` checks its `--consumer.config` and `--producer.config` "
+             "the same way.", "",
              "MirrorMaker 2 keys accepted and ignored (not implemented): "
              + ", ".join(f"`{k}`" for k in sorted(MM2_IGNORED_KEYS)) + ".", ""]
     table = _engine_table()

@@ -236,10 +236,13 @@ class FlowRunner:
         return str(admin.get("bootstrap.servers", "?"))
 
     def _deadline_ms(self) -> int:
-        """reconnect.deadline.ms of the flow's clusters (the smaller one): how long a cluster
-        may stay unreachable before the flow gives up."""
+        """reconnect.deadline.ms of the flow's clients (the smallest): how long a cluster may
+        stay unreachable before the flow gives up. Each client's config counts, so a role key
+        (``A.consumer.reconnect.deadline.ms``, or a key of ``legacy``'s --consumer.config /
+        --producer.config) is obeyed as well as a cluster key."""
+        f = self.flow
         return min(int(c.get("reconnect.deadline.ms", 120000))
-                   for c in (self.flow.source_admin, self.flow.target_admin))
+                   for c in (f.source_consumer, f.source_admin, f.target_producer, f.target_admin))
 
     async def _refresh(self, stop: asyncio.Event, *, first: bool = False) -> bool:
         """Refresh topics, retrying while a cluster is unreachable; False if stopped first.

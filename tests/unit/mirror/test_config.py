@@ -125,6 +125,108 @@ def test_unknown_key_warns_with_closest_known_key(caplog):
     assert "did you mean 'topics'" in caplog.text
 
 
+def test_a_misspelt_cluster_or_role_key_is_unknown():
+    """Cluster- and role-scoped keys are checked too: ``A.topic`` (for ``topics``) mirrored every
+    topic without a word before."""
+    keys = {**BASE, "A.topic": "orders", "A.isolation.levle": "read_committed",
+            "A.consumer.fetch.max.bytez": "5", "B.group.idd": "g",
+            "A->B.consumer.isolation.levle": "read_committed", "A.zzzz": "1"}
+    with pytest.raises(ConfigError) as info:
+        resolve_mm2(keys)
+    problems = info.value.problems
+    assert ("unknown configuration key 'A.topic'; did you mean 'topics'? (a flow setting: set "
+            "it at the top level or as SOURCE->TARGET.topics)") in problems
+    assert "unknown configuration key 'A.isolation.levle'; did you mean 'A.isolation.level'?" \
+        in problems
+    assert ("unknown configuration key 'A.consumer.fetch.max.bytez': not a Kafka consumer "
+            "setting; did you mean 'A.consumer.fetch.max.bytes'?") in problems
+    assert "unknown configuration key 'B.group.idd'; did you mean 'B.group.id'?" in problems
+    assert ("unknown configuration key 'A->B.consumer.isolation.levle': not a Kafka consumer "
+            "setting; did you mean 'A->B.consumer.isolation.level'?") in problems
+    assert "unknown configuration key 'A.zzzz'" in problems
+    cfg = resolve_mm2(keys, allow_unknown_keys=True)
+    assert len([w for w in cfg.warnings if w.startswith("unknown configuration key")]) == 6
+
+
+def test_java_client_and_connection_keys_are_known_at_every_scope():
+    """What MirrorMaker 2 users carry over from Java clients is accepted (shallowmirror ignores
+    what it does not use, as the Java clients do), and so are shallowmirror's own keys."""
+    cfg = resolve_mm2({**BASE, "A.ssl.truststore.type": "PEM", "A.client.rack": "r1",
+                       "A.consumer.max.poll.records": "5", "B.producer.linger.ms": "5",
+                       "B.admin.retries": "3", "A->B.consumer.check.crcs": "true",
+                       "A.reconnect.deadline.ms": "6000", "B.receive.message.max.bytes": "1000000",
+                       "A.consumer.partition.assignment": "all", "A.consumer.isolation.level":
+                       "read_committed", "B.producer.enable.idempotence": "true"})
+    assert cfg.warnings == []
+
+
+def test_mm1_unknown_keys_name_their_file():
+    consumer = {"bootstrap.servers": "a:1", "group.id": "g", "isolation.levle": "x"}
+    producer = {"bootstrap.servers": "b:1", "lingr.ms": "5"}
+    with pytest.raises(ConfigError) as info:
+        resolve_mm1(consumer, producer, include="a", consumer_config_path="c.properties",
+                    producer_config_path="p.properties")
+    assert info.value.problems[:2] == [
+        "c.properties: unknown key 'isolation.levle': not a Kafka consumer setting; did you "
+        "mean 'isolation.level'?",
+        "p.properties: unknown key 'lingr.ms': not a Kafka producer setting; did you mean "
+        "'linger.ms'?"]
+    cfg = resolve_mm1(consumer, producer, include="a", allow_unknown_keys=True)
+    (flow,) = cfg.flows
+    assert "isolation.levle" not in flow.source_consumer    # warned about once, not passed on
+    assert not [w for w in cfg.warnings if "source.consumer.isolation.levle" in w]
+
+
+@pytest.mark.parametrize("age, refresh", [("50", 0.1), ("1000", 1.0), (None, 300.0)])
+def test_mm1_topic_refresh_follows_the_consumers_metadata_age(age, refresh):
+    consumer = {"bootstrap.servers": "a:1", "group.id": "g"}
+    if age is not None:
+        consumer["metadata.max.age.ms"] = age
+    if age == "50":        # a valid consumer value the engine's metadata refresh refuses
+        with pytest.raises(ConfigError, match="metadata.max.age.ms .*must be at least 100"):
+            resolve_mm1(consumer, {"bootstrap.servers": "b:1"}, include="a")
+        return
+    (flow,) = resolve_mm1(consumer, {"bootstrap.servers": "b:1"}, include="a").flows
+    assert flow.settings["refresh.topics.interval.seconds"] == refresh
+
+
+@pytest.mark.parametrize("age", ["abc", "1.5", "nan", "-1"])
+def test_mm1_a_bad_metadata_age_is_a_config_error_naming_the_file(age):
+    with pytest.raises(ConfigError) as info:
+        resolve_mm1({"bootstrap.servers": "a:1", "metadata.max.age.ms": age},
+                    {"bootstrap.servers": "b:1"}, include="a",
+                    consumer_config_path="c.properties")
+    assert any(p.startswith("c.properties: metadata.max.age.ms") for p in info.value.problems)
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf"])
+def test_a_float_setting_must_be_finite(value):
+    """nan passed every minimum check (its comparisons are all false): an interval of nan
+    seconds busy-looped the topic refresh."""
+    with pytest.raises(ConfigError, match="expected a finite number"):
+        resolve_mm2({**BASE, "refresh.topics.interval.seconds": value})
+
+
+def test_one_cluster_as_source_and_target_with_kept_names_is_refused():
+    """The mirror would read its own copies and copy them again: 1,000 records became 42,000
+    in 15 s before this was refused."""
+    same = {"bootstrap.servers": "Kafka-1:9092, kafka-2:9092", "group.id": "g"}
+    other = {"bootstrap.servers": "kafka-2:9092"}
+    for producer, shared in ((same, "kafka-1:9092, kafka-2:9092"), (other, "kafka-2:9092")):
+        with pytest.raises(ConfigError) as info:   # one shared address is enough
+            resolve_mm1(same, producer, include="orders")
+        assert info.value.problems[0].startswith(
+            f"source->target: source and target are the same cluster ({shared}) and ")
+    with pytest.raises(ConfigError, match="A->B: A and B are the same cluster"):
+        resolve_mm2({**BASE, "B.bootstrap.servers": "A:9092, a:9092",
+                     "A.bootstrap.servers": "a:9092",
+                     "replication.policy.class": "IdentityReplicationPolicy"})
+    # Renamed copies (A.orders) are a cycle MirrorMaker 2's policy sees, and another cluster
+    # is fine with any policy.
+    resolve_mm2({**BASE, "B.bootstrap.servers": "a:9092", "A.bootstrap.servers": "a:9092"})
+    resolve_mm1(same, {"bootstrap.servers": "kafka-3:9092"}, include="orders")
+
+
 def test_known_mm2_keys_are_not_warned_about():
     cfg = resolve_mm2({**BASE, "emit.heartbeats.enabled": "false", "groups": ".*",
                        "offset.storage.replication.factor": "1",

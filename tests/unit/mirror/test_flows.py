@@ -91,3 +91,14 @@ async def _instant_wait_for(awaitable, timeout):
     if asyncio.iscoroutine(awaitable):
         awaitable.close()
     raise asyncio.TimeoutError
+
+
+@pytest.mark.parametrize("key", ["A.reconnect.deadline.ms", "B.reconnect.deadline.ms",
+                                 "A.consumer.reconnect.deadline.ms",
+                                 "B.producer.reconnect.deadline.ms",
+                                 "A->B.consumer.reconnect.deadline.ms"])
+def test_the_flow_gives_up_after_the_smallest_deadline_any_client_has(key):
+    """``legacy``'s --consumer.config / --producer.config keys arrive as role keys: the flow
+    waited out the 120 s default whatever they said."""
+    assert _flow_runner()._deadline_ms() == 120000
+    assert _flow_runner(**{key: "6000"})._deadline_ms() == 6000
