@@ -35,23 +35,50 @@ README_START = "<!-- config-reference:start (generated: shallowmirror info --wri
 README_END = "<!-- config-reference:end -->"
 
 
-def readme_with_reference(text: str) -> str:
-    """``text`` with the block between the reference markers replaced by the current reference."""
+def readme_with_reference(text: str) -> str | None:
+    """``text`` with the block between the reference markers replaced by the current reference;
+    None when it has no such block."""
     head, start, rest = text.partition(README_START)
     _, end, tail = rest.partition(README_END)
     if not start or not end:
-        raise SystemExit(f"README has no {README_START!r} ... {README_END!r} block")
+        return None
     return f"{head}{README_START}\n{config_reference()}{README_END}{tail}"
+
+
+def write_readme(name: str) -> int:
+    """``--write-readme``: rewrite the reference block of README ``name`` in place; the exit
+    status, with a one-line reason on stderr when the file cannot be read or has no block."""
+    import sys
+    from pathlib import Path
+
+    path = Path(name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else \
+            "not a UTF-8 text file"
+        print(f"shallowmirror info: cannot read {name}: {reason}", file=sys.stderr)
+        return 1
+    new = readme_with_reference(text)
+    if new is None:
+        print(f"shallowmirror info: {name} has no configuration reference block to rewrite "
+              f"(the lines {README_START!r} ... {README_END!r})", file=sys.stderr)
+        return 1
+    if new == text:
+        print(f"the configuration reference in {path} is up to date")
+        return 0
+    try:
+        path.write_text(new, encoding="utf-8")
+    except OSError as err:
+        print(f"shallowmirror info: cannot write {name}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    print(f"updated the configuration reference in {path}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.write_readme:
-        from pathlib import Path
-
-        path = Path(args.write_readme)
-        path.write_text(readme_with_reference(path.read_text()))
-        print(f"updated the configuration reference in {path}")
-        return 0
+        return write_readme(args.write_readme)
     if args.config_reference:
         print(config_reference(), end="")
         return 0
