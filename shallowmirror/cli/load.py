@@ -113,6 +113,19 @@ def _partitions(args: argparse.Namespace, existing: int | None) -> int:
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
+def _message_max_bytes(producer_config: list[str]) -> int | None:
+    """The producer's message.max.bytes: -X's, else librdkafka's default; None when -X gives
+    no number (librdkafka reports that itself)."""
+    for item in reversed(producer_config):
+        key, _, value = item.partition("=")
+        if key.strip() == "message.max.bytes":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return 1_000_000
+
+
 def option_problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with the options, in their own names, before any broker is contacted."""
     problems = []
@@ -125,8 +138,19 @@ def option_problems(args: argparse.Namespace) -> list[str]:
         if getattr(args, option) < 0:
             problems.append(f"--{option.replace('_', '-')} must not be negative, got "
                             f"{getattr(args, option)}")
-    if args.batch_bytes < 1:
-        problems.append(f"--batch-bytes must be at least 1, got {args.batch_bytes}")
+    for option in ("records", "value_bytes", "batch_bytes"):
+        if getattr(args, option) < 1:
+            problems.append(f"--{option.replace('_', '-')} must be at least 1, got "
+                            f"{getattr(args, option)}")
+    for item in args.producer_config:
+        key = item.partition("=")[0].strip()
+        if key in ("compression.type", "compression.codec"):
+            problems.append(f"-X {item}: set the codec with --codec (it is {args.codec})")
+    limit = _message_max_bytes(args.producer_config)
+    if limit is not None and args.value_bytes >= limit:
+        problems.append(f"--value-bytes {args.value_bytes} does not fit a record under the "
+                        f"producer's message.max.bytes ({limit}; raise it with -X "
+                        "message.max.bytes=N, and the topic's max.message.bytes with it)")
     if not args.transactional:
         given = [name for name, value in (("--transaction-records", args.transaction_records),
                                           ("--abort-every", args.abort_every or None))

@@ -234,6 +234,14 @@ def test_bench_output_paths_are_checked_before_any_broker_starts(tmp_path):
      "--transaction-records and --abort-every only apply with --transactional"),
     (("--topic", "t", "--transactional", "--transaction-records", "0"),
      "--transaction-records must be at least 1, got 0"),
+    # Each of these below exited 0 having written nothing, wrote another codec than asked, or
+    # created the topic and then failed on librdkafka's MSG_SIZE_TOO_LARGE.
+    (("--topic", "t", "--records", "0"), "--records must be at least 1, got 0"),
+    (("--topic", "t", "--value-bytes", "0"), "--value-bytes must be at least 1, got 0"),
+    (("--topic", "t", "--codec", "zstd", "-X", "compression.type=gzip"),
+     "-X compression.type=gzip: set the codec with --codec (it is zstd)"),
+    (("--topic", "t", "--value-bytes", "20m"), "--value-bytes 20000000 does not fit a record "
+                                               "under the producer's message.max.bytes (1000000"),
 ])
 def test_load_options_are_checked_in_their_own_names_before_any_broker(args, message):
     """Nothing listens on 127.0.0.1:1: each of these is refused before it would be contacted."""
