@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -177,6 +178,34 @@ def _jvm_stderr_filtered():
 LOCAL_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 
 
+_MASTER_FORMS = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[.+\]|yarn|"
+                           r"(spark|k8s|mesos)://.+")
+
+
+def master_problem(master: str, timeout_s: float = 5.0) -> str | None:
+    """Why ``master`` cannot work, found before a JVM starts, or None. Spark reports a bad URL
+    with a Java stack trace, and an unreachable ``spark://`` master after ~80 s of retries and
+    log lines; here the first is refused by its form, the second by one TCP connect to each
+    of its addresses."""
+    if not _MASTER_FORMS.fullmatch(master):
+        return (f"--master {master!r} is not a Spark master URL: local, local[N], local[*], "
+                "spark://HOST:PORT, yarn, k8s://..., mesos://...")
+    if not master.startswith("spark://"):
+        return None
+    reasons = []
+    for address in master[len("spark://"):].split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            return f"--master {master!r}: {address!r} is not HOST:PORT"
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return None
+        except OSError as err:
+            reasons.append(f"{address}: {err.strerror or err}")
+    return (f"the Spark master at {master} did not answer ({'; '.join(reasons)}); is it "
+            "running, and is that its address?")
+
+
 def spark_session(
     master: str = "local[*]",
     app_name: str = "shallowmirror-report",
@@ -188,6 +217,9 @@ def spark_session(
     ``yarn``...). Stop it with ``stop_session(session)`` when done.
     """
     check_java()
+    problem = master_problem(master)
+    if problem:
+        raise ShallowMirrorError(problem)
     try:
         from pyspark.sql import SparkSession
     except ImportError as err:

@@ -98,3 +98,28 @@ def test_the_local_driver_jvm_compiles_with_the_quick_compiler_only(spark):
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
                      .getInputArguments())
     assert LOCAL_JIT_OPTION in arguments, arguments
+
+
+def test_a_master_that_cannot_work_is_named_before_any_jvm_starts():
+    """``--master bogus://x`` gave a Java stack trace, and an unreachable ``spark://`` master ~80
+    s of retries, log lines, py4j tracebacks and 'unexpected ConnectionRefusedError'."""
+    import socket
+
+    from shallowmirror.reports.spark import master_problem
+
+    for good in ("local", "local[*]", "local[2]", "local[2,3]", "yarn", "k8s://https://h:443"):
+        assert master_problem(good) is None, good
+    for bad in ("bogus://x", "local[x]", "spark", ""):
+        assert "is not a Spark master URL" in master_problem(bad), bad
+    assert "is not HOST:PORT" in master_problem("spark://nohost")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]          # bound, not listening: refused
+        assert master_problem(f"spark://127.0.0.1:{port}") == (
+            f"the Spark master at spark://127.0.0.1:{port} did not answer (127.0.0.1:{port}: "
+            "Connection refused); is it running, and is that its address?")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert master_problem(f"spark://127.0.0.1:1,127.0.0.1:{port}") is None
