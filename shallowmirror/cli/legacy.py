@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--producer.config", dest="producer_config", required=True, metavar="FILE",
                    help="target producer properties (bootstrap.servers, ...)")
     p.add_argument("--include", metavar="REGEX",
-                   help="topics to mirror (Java regex; commas mean '|')")
+                   help="topics to mirror (a regex, matched whole; commas mean '|'; Java-only "
+                        "classes such as \\p{Alnum} are refused by name)")
     p.add_argument("--whitelist", metavar="REGEX", help="old name of --include")
     p.add_argument("--num.streams", dest="num_streams", type=int, default=1, metavar="N",
                    help="engines sharing the partitions in this process (default 1)")

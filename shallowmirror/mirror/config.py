@@ -824,6 +824,9 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         "source->target.topics.exclude": r"__.*",
         "replication.policy.class": "IdentityReplicationPolicy",
         "sync.topic.configs.enabled": "false",
+        # MM1 only reads the source cluster (its ACLs may allow no more): offset syncs go to
+        # the target (KIP-716), as checkpoints do.
+        "offset-syncs.topic.location": "target",
         "tasks.max": str(num_streams),
         "abort.on.send.failure": str(abort_on_send_failure).lower(),
         # MM1's regex subscription sees new topics at the consumer's metadata refresh.

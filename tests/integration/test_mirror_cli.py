@@ -324,7 +324,12 @@ def test_legacy_mirrormaker1_flags(source_cluster, target_cluster, tmp_path, uni
     _same(source_cluster, first, target_cluster, first)
     _same(source_cluster, second, target_cluster, second)
     admin = admin_client({"bootstrap.servers": target_cluster.bootstrap}, what="test")
-    assert other not in admin.list_topics(timeout=10).topics
+    target_topics = admin.list_topics(timeout=10).topics
+    assert other not in target_topics
+    # MirrorMaker 1 only read the source: the offset syncs went to the target (KIP-716).
+    assert "mm2-offset-syncs.target.internal" in target_topics
+    source_admin = admin_client({"bootstrap.servers": source_cluster.bootstrap}, what="test")
+    assert "mm2-offset-syncs.target.internal" not in source_admin.list_topics(timeout=10).topics
 
 
 # -- a running mirror --------------------------------------------------------------------------------

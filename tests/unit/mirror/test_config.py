@@ -261,6 +261,9 @@ def test_mm1_flags_become_one_identity_flow():
     assert flow.settings["tasks.max"] == 2
     assert flow.settings["abort.on.send.failure"] is True
     assert not flow.settings["sync.topic.configs.enabled"]
+    # Nothing is written to the source cluster, which MirrorMaker 1 only read.
+    assert flow.settings["offset-syncs.topic.location"] == "target"
+    assert not flow.settings["emit.heartbeats.enabled"]
     assert mm1_include_regex("'a, b.*'") == "a|b.*"
 
 
