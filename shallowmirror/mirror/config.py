@@ -585,8 +585,10 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
     for alias, keys in per_cluster.items():
         for key in keys:
             if key in MIRROR_SETTINGS and MIRROR_SETTINGS[key].scope == "flow":
-                warnings.append(f"{alias}.{key}: {key} is a flow setting, not a cluster one; "
-                                f"it is ignored here: use {alias}->TARGET.{key} or {key}")
+                # A problem as an unknown key is: `A.topics = orders` left `topics = .*`.
+                unknown_keys.append(f"{alias}.{key}: {key} is a flow setting, not a cluster "
+                                    f"one; it is ignored here: use {alias}->TARGET.{key} or "
+                                    f"{key}")
             else:
                 problem = _scoped_key_problem(f"{alias}.", key)
                 if problem:

@@ -115,6 +115,8 @@ def test_unknown_key_warns_with_closest_known_key(caplog):
         resolve_mm2(keys)
     assert "unknown configuration key 'topicz'; did you mean 'topics'?" in str(info.value)
     assert "--allow-unknown-keys turns these into warnings" in str(info.value)
+    # A flow setting at a cluster's scope would be ignored: `topics` stayed `.*`.
+    assert "A.topics: topics is a flow setting, not a cluster one" in str(info.value)
     with caplog.at_level(logging.WARNING):
         cfg = resolve_mm2(keys, allow_unknown_keys=True)
     text = "\n".join(cfg.warnings)
