@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 from shallowmirror.testing import embedded, kafka
@@ -88,5 +89,14 @@ def serve_until_signal(aliases: list[str], *, flavor: str = "tansu", kafka_home=
             what = f"embedded tansu brokers ({pids}), storage in memory only"
         print(f"# {what}.\n# Stop them with Ctrl-C, or: kill {os.getpid()}", flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 1.0) is None:
+            # A cluster that died (killed, out of memory) is said at once, not found later by
+            # a mirror that cannot connect; the others are stopped with it.
+            dead = [c for c in clusters if not c.alive]
+            if dead:
+                for cluster in dead:
+                    print(f"shallowmirror brokers: cluster {cluster.alias} (pid {cluster.pid}) "
+                          f"exited with status {cluster.process.returncode}; stopping the "
+                          "others", file=sys.stderr, flush=True)
+                return 1
     return 0

@@ -54,6 +54,30 @@ def test_brokers_prints_lines_that_paste_into_mm2_properties(tmp_path):
         brokers.stop()
 
 
+@pytest.mark.harness_tansu  # the embedded default; `brokers --kafka-home` is the harness's
+def test_brokers_says_when_a_cluster_dies_and_stops_the_others(tmp_path):
+    """A killed cluster went unnoticed (a <defunct> child, nothing printed): a mirror pointed at
+    it failed later with no hint why."""
+    brokers = Background("brokers", "X", "Y", log_path=tmp_path / "brokers.log")
+    try:
+        deadline = time.monotonic() + 60
+        while "# Stop them" not in brokers.log() and time.monotonic() < deadline:
+            assert brokers.process.poll() is None, brokers.log()
+            time.sleep(0.2)
+        pids = dict(re.findall(r"(\w) pid (\d+)", brokers.log()))
+        os.kill(int(pids["X"]), signal.SIGKILL)
+        assert brokers.process.wait(timeout=30) == 1, brokers.log()
+        assert (f"shallowmirror brokers: cluster X (pid {pids['X']}) exited with status -9; "
+                "stopping the others") in brokers.log()
+        assert "Traceback" not in brokers.log()
+        deadline = time.monotonic() + 15
+        while not pid_gone(int(pids["Y"])) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pid_gone(int(pids["Y"]))
+    finally:
+        brokers.stop()
+
+
 def test_a_flow_matching_no_topic_is_not_caught_up(source_cluster, target_cluster, tmp_path):
     missing = f"no-such-topic-{uuid.uuid4().hex[:8]}"
     config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
