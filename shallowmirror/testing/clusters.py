@@ -89,14 +89,20 @@ def serve_until_signal(aliases: list[str], *, flavor: str = "tansu", kafka_home=
             what = f"embedded tansu brokers ({pids}), storage in memory only"
         print(f"# {what}.\n# Stop them with Ctrl-C, or: kill {os.getpid()}", flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        dead: list = []
         while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 1.0) is None:
             # A cluster that died (killed, out of memory) is said at once, not found later by
-            # a mirror that cannot connect; the others are stopped with it.
-            dead = [c for c in clusters if not c.alive]
-            if dead:
-                for cluster in dead:
+            # a mirror that cannot connect. The others keep running: killing one cluster is
+            # also how a failover is tried out.
+            for cluster in clusters:
+                if cluster not in dead and not cluster.alive:
+                    dead.append(cluster)
+                    rest = [c.alias for c in clusters if c.alive]
+                    then = (f"{', '.join(rest)} still running (Ctrl-C stops them)" if rest
+                            else "no cluster left; stopping")
                     print(f"shallowmirror brokers: cluster {cluster.alias} (pid {cluster.pid}) "
-                          f"exited with status {cluster.process.returncode}; stopping the "
-                          "others", file=sys.stderr, flush=True)
-                return 1
-    return 0
+                          f"exited with status {cluster.process.returncode}; {then}",
+                          file=sys.stderr, flush=True)
+            if len(dead) == len(clusters):
+                break
+    return 1 if dead else 0
