@@ -20,6 +20,8 @@ from confluent_kafka import KafkaError
 LOGGER_NAME = "librdkafka"
 #: A connection attempt that failed (transport, name resolution).
 _CANNOT_CONNECT = frozenset({KafkaError._TRANSPORT, KafkaError._RESOLVE})
+#: What an outage of the whole cluster repeats: said once per outage.
+_OUTAGE_CODES = _CANNOT_CONNECT | {KafkaError._ALL_BROKERS_DOWN}
 _log = logging.getLogger(LOGGER_NAME)
 
 
@@ -51,7 +53,8 @@ class ClientErrors:
     """A librdkafka client's ``error_cb``: its client-level errors (a broker down or refusing
     connections, all brokers down, authentication) as warnings naming the client. librdkafka
     reports a lost broker on every reconnect attempt (about every 100 ms), so each kind of error
-    is a warning at most once per ``interval_s`` and a debug line otherwise. ``last_error``:
+    is a warning at most once per ``interval_s`` and a debug line otherwise; while every
+    broker is down, a connection error is a warning once per outage. ``last_error``:
     the latest text."""
 
     def __init__(self, logger: logging.Logger, client: str, interval_s: float) -> None:
@@ -65,6 +68,8 @@ class ClientErrors:
         #: that said so or came while it lasted (``down_for_s``).
         self._down_since: float | None = None
         self._down_seen: float = 0.0
+        #: The connection-kind errors already warned about in the current outage.
+        self._said_in_outage: set[Any] = set()
 
     def __call__(self, err: Any) -> None:
         text = err.str() if hasattr(err, "str") else str(err)
@@ -77,7 +82,15 @@ class ClientErrors:
             self._down_seen = now
         elif self._down_since is not None and code in _CANNOT_CONNECT:
             self._down_seen = now
-        if now - self._warned_at.get(code, -self._interval_s) < self._interval_s:
+        if self._down_since is not None and code in _OUTAGE_CODES:
+            # While every broker is down, librdkafka repeats these at each reconnect attempt;
+            # the outage was said once (and the status line and the cluster's own retry line
+            # keep saying it): the repeats are debug until the cluster answers again.
+            if code in self._said_in_outage:
+                self._logger.debug("%s: %s", self.client, text)
+                return
+            self._said_in_outage.add(code)
+        elif now - self._warned_at.get(code, -self._interval_s) < self._interval_s:
             self._logger.debug("%s: %s", self.client, text)
             return
         self._warned_at[code] = now
@@ -90,6 +103,7 @@ class ClientErrors:
         since = self._down_since
         if since is not None:
             self._down_since = None
+            self._said_in_outage.clear()
             self._logger.info("%s: reachable again after %.1f s", self.client,
                               time.monotonic() - since)
 
@@ -104,5 +118,6 @@ class ClientErrors:
         now = time.monotonic()
         if now - self._down_seen > quiet_s:
             self._down_since = None
+            self._said_in_outage.clear()
             return None
         return now - self._down_since

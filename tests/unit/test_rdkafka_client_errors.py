@@ -14,9 +14,28 @@ def test_a_kind_is_warned_again_once_its_interval_has_passed(caplog):
     log = logging.getLogger("test.client_errors")
     errors = ClientErrors(log, "producer", interval_s=0.0)
     with caplog.at_level(logging.WARNING, logger="test.client_errors"):
-        errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
-        errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
-    assert [r.getMessage() for r in caplog.records] == ["producer: down", "producer: down"]
+        errors(KafkaError(KafkaError._AUTHENTICATION, "denied"))
+        errors(KafkaError(KafkaError._AUTHENTICATION, "denied"))
+    assert [r.getMessage() for r in caplog.records] == ["producer: denied", "producer: denied"]
+
+
+def test_an_outage_is_warned_about_once_until_the_cluster_answers(caplog):
+    """A target lost for a minute gave two warnings every 10 s (librdkafka's reconnect
+    errors, relayed at each interval); the outage is said once, and again only after the
+    cluster answered in between."""
+    errors = ClientErrors(logging.getLogger("test.client_errors"), "consumer", interval_s=0.0)
+    down = KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")
+    refused = KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:1 failed")
+    with caplog.at_level(logging.WARNING, logger="test.client_errors"):
+        for _ in range(5):
+            errors(down)
+            errors(refused)
+        errors.reached()
+        errors(down)
+        errors(refused)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == ["consumer: 1/1 brokers are down", "consumer: Connect to ipv4#127.0.0.1:1 "
+                    "failed"] * 2
 
 
 def test_all_brokers_down_lasts_while_reconnects_fail_and_ends_when_they_stop():
