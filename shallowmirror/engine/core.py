@@ -248,9 +248,14 @@ class EngineCore:
     async def _shutdown(self) -> None:
         self.runtime.stopping = True
         self.sources.wake_all()
-        await self.runtime.progress.wait_until(
+        drained = await self.runtime.progress.wait_until(
             lambda: not self.sinks.pending_batches() or self._fatal is not None,
             self.settings["request.timeout.ms"] / 1000)
+        if not drained:
+            log.warning("cluster %s -> %s: %d batches still unacknowledged after "
+                        "request.timeout.ms=%d at shutdown; abandoned, not committed (the next "
+                        "start mirrors them again)", self.source_alias, self.target_alias,
+                        self.sinks.pending_batches(), self.settings["request.timeout.ms"])
         self.sinks.stop()
         await self.supervisor.cancel_all()
         owned = list(self.partitions.values())

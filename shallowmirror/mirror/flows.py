@@ -358,9 +358,16 @@ class FlowRunner:
         tasks.extend(await self._start_group_features(local))
         self.state = "running"
         watcher = asyncio.create_task(self._watch_start(local))
+        # Until the stop (or a task failing, or every task done): the graceful timeout below
+        # runs from the stop. Waiting for the tasks alone waited for the runners' own shutdown
+        # (an engine gives in-flight batches request.timeout.ms), so the timeout never applied.
+        ended = asyncio.ensure_future(asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION))
+        stopping = asyncio.ensure_future(local.wait())
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            await asyncio.wait({ended, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            ended.cancel()
+            stopping.cancel()
             local.set()
             # Runners finish in-flight batches and commit, within the graceful timeout.
             grace_s = self.flow.settings["task.shutdown.graceful.timeout.ms"] / 1000

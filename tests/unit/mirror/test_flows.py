@@ -102,3 +102,50 @@ def test_the_flow_gives_up_after_the_smallest_deadline_any_client_has(key):
     waited out the 120 s default whatever they said."""
     assert _flow_runner()._deadline_ms() == 120000
     assert _flow_runner(**{key: "6000"})._deadline_ms() == 6000
+
+
+class _SlowToStop(ScriptedRunner):
+    """Stops only long after the stop: an engine whose in-flight batches wait out
+    request.timeout.ms for a target that died."""
+
+    async def run(self, stop=None):
+        self.runs += 1
+        await stop.wait()
+        await asyncio.sleep(30)
+
+
+def test_a_runner_slow_to_stop_is_given_up_after_the_graceful_timeout(monkeypatch):
+    """The graceful timeout runs from the stop: the flow waited for its runners' own shutdown
+    first (30 s, request.timeout.ms) and then, all of them done, never reported giving up."""
+    runner = _flow_runner(**{"task.shutdown.graceful.timeout.ms": "200",
+                             "refresh.topics.enabled": "false",
+                             "sync.topic.configs.enabled": "false"})
+    slow = _SlowToStop([])
+
+    async def nothing(*args, **kwargs):
+        return []
+
+    async def refreshed(stop, first=False):
+        return True
+
+    class Sync:
+        def sync_configs(self):
+            pass
+
+    monkeypatch.setattr(runner, "_connect", lambda stop: nothing())
+    monkeypatch.setattr(runner, "_refresh", refreshed)
+    monkeypatch.setattr(runner, "_start_offset_features", nothing)
+    monkeypatch.setattr(runner, "_start_group_features", nothing)
+    monkeypatch.setattr(runner, "_make_runner", lambda index: slow)
+    runner.sync = Sync()
+
+    async def scenario():
+        stop = asyncio.Event()
+        task = asyncio.create_task(runner.run(stop))
+        while slow.runs == 0:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 10)      # not the runner's 30 s: given up on
+
+    asyncio.run(scenario())
+    assert runner.unclean
