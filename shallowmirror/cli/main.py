@@ -47,11 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # not written yet
             raise
         module.add_parser(sub)
-    for subparser in sub.choices.values():
-        # One look for every command's help, and --log-level after the command name too.
+    for subparser in _all_subparsers(sub):
+        # One look for every command's help, and --log-level after the command name too
+        # (and after an action's: `offsets translate ... --log-level DEBUG`).
         subparser.formatter_class = HelpFormatter
         add_log_level(subparser, default=argparse.SUPPRESS)
     return parser
+
+
+def _all_subparsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:
+    """The parsers of ``sub``'s commands and of their own actions, at any depth."""
+    found = []
+    for parser in sub.choices.values():
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found.extend(_all_subparsers(action))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

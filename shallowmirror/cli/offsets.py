@@ -2,8 +2,8 @@
 translation along a flow and the tools that move a group between clusters with it
 (``shallowmirror.replication``).
 
-Exit status: 0 done (or dry run printed), 1 refused (active members, nothing to translate), 2
-configuration error or a cluster that did not answer.
+Exit status: 0 done (or dry run printed), 1 refused (active members, nothing to translate, no
+offset translatable yet), 2 configuration error or a cluster that did not answer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from shallowmirror.replication.groups import CommittedOffset
 
 EXAMPLES = [
-    ("shallowmirror offsets translate mm2.properties --group billing --flow A->B",
+    ("shallowmirror offsets translate mm2.properties --group billing --flow 'A->B'",
      "where group billing, at its committed offsets on A, resumes on B"),
     ("shallowmirror offsets failover mm2.properties --group billing --to B",
      "dry run: the offsets failover would write for billing on B (from B's checkpoints)"),
@@ -51,11 +51,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("config", metavar="mm2.properties", help="MirrorMaker 2 properties file")
-    common.add_argument("--group", required=True, help="the consumer group")
-    common.add_argument("--timeout", type=finite_float, default=30.0, metavar="SECONDS",
-                        help="how long a cluster may take to answer (default 30)")
+    common.add_argument("--group", required=True, type=_group_id, help="the consumer group")
+    common.add_argument("--timeout", type=_timeout_s, default=30.0, metavar="SECONDS",
+                        help="how long a cluster may take to answer (default 30, at most "
+                             "3600)")
+    common.add_argument("--allow-unknown-keys", action="store_true",
+                        help="warn about unknown configuration keys instead of refusing")
 
-    t = actions.add_parser("translate", parents=[common],
+    t = actions.add_parser("translate", parents=[common], epilog=epilog(EXAMPLES[:1]),
                            help="print the group's source offsets translated to the target",
                            description="Translate the group's committed offsets on the flow's "
                                        "source to the flow's target, exactly, from the offset "
@@ -63,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--flow", metavar="A->B", help="the flow (needed when several are enabled)")
     t.set_defaults(func=run_translate)
 
-    f = _move_action(actions, common, "failover",
+    f = _move_action(actions, common, "failover", examples=EXAMPLES[1:3],
                      help="move the group to a flow's target cluster",
                      description="Commit on cluster --to the group's offsets translated from "
                                  "its source cluster: from the checkpoints on --to (default: "
@@ -78,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--execute", action="store_true", help="write the offsets")
     f.set_defaults(func=run_failover)
 
-    b = _move_action(actions, common, "failback",
+    b = _move_action(actions, common, "failback", examples=EXAMPLES[3:],
                      help="move the group back to the cluster its topics came from",
                      description="The group consumed a flow's remote topics on the flow's "
                                  "target; commit on the flow's source (--to) the source offsets "
@@ -94,17 +97,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _move_action(actions: Any, common: argparse.ArgumentParser, name: str, *, help: str,
-                 description: str, to_help: str, from_dest: str,
-                 from_help: str) -> argparse.ArgumentParser:
+                 description: str, to_help: str, from_dest: str, from_help: str,
+                 examples: list[tuple[str, str]]) -> argparse.ArgumentParser:
     """A subcommand that moves a group between clusters (failover, failback): its --to and
     --from, and the dry-run/active-members note both share in their description."""
-    p = actions.add_parser(name, parents=[common], help=help,
+    from shallowmirror.cli.formatting import epilog
+
+    p = actions.add_parser(name, parents=[common], help=help, epilog=epilog(examples),
                            description=description + " A dry run unless --execute; refused "
                                                      "while the group has active members on "
                                                      "--to.")
     p.add_argument("--to", required=True, metavar="ALIAS", help=to_help)
     p.add_argument("--from", dest=from_dest, metavar="ALIAS", help=from_help)
     return p
+
+
+def _group_id(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a consumer group id cannot be empty")
+    return text
+
+
+def _timeout_s(text: str) -> float:
+    """Seconds a cluster may take to answer: more than 0, at most an hour (librdkafka's
+    limit for a request)."""
+    value = finite_float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected more than 0 and at most 3600 seconds, got "
+                                         f"{text!r}")
+    return value
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -160,7 +181,7 @@ def run_translate(args: argparse.Namespace) -> int:
     from shallowmirror.mirror.config import load_mm2
     from shallowmirror.replication.translate import translate_offsets
 
-    flow = _pick_flow(load_mm2(args.config), name=args.flow)
+    flow = _pick_flow(load_mm2(args.config, allow_unknown_keys=args.allow_unknown_keys), name=args.flow)
     rows = translate_offsets(flow, args.group, timeout_s=args.timeout)
     if not rows:
         raise OffsetsCommandError(f"group {args.group!r} has no committed offsets on cluster "
@@ -168,7 +189,18 @@ def run_translate(args: argparse.Namespace) -> int:
     print(f"group {args.group}, flow {flow.name}: committed on {flow.source} -> on "
           f"{flow.target}")
     _print_rows(rows, (f"offset on {flow.source}", f"on {flow.target}"))
+    missing = [r for r in rows if r.downstream is None]
+    if missing:
+        print(_not_translatable(missing), file=sys.stderr)
+    if len(missing) == len(rows):
+        raise OffsetsCommandError(f"no offset of group {args.group!r} translates to "
+                                  f"{flow.target} yet")
     return 0
+
+
+def _not_translatable(rows) -> str:
+    names = ", ".join(f"{r.from_topic}-{r.partition}" for r in rows)
+    return f"not translatable yet (nothing mirrored): {names}"
 
 
 def _checkpointed_rows(flow, group: str, timeout_s: float):
@@ -194,8 +226,7 @@ def _commit(alias: str, admin: dict, group: str, rows, execute: bool,
                                   "group would be overwritten by its next commit)")
     missing = [r for r in rows if r.downstream is None]
     if missing:
-        names = ", ".join(f"{r.from_topic}-{r.partition}" for r in missing)
-        print(f"not translatable yet (nothing mirrored): {names}", file=sys.stderr)
+        print(_not_translatable(missing), file=sys.stderr)
     offsets = [CommittedOffset(r.to_topic, r.partition, r.downstream, r.metadata)
                for r in rows if r.downstream is not None]
     if not offsets:
@@ -229,7 +260,7 @@ def run_failover(args: argparse.Namespace) -> int:
     from shallowmirror.mirror.config import load_mm2
     from shallowmirror.replication.translate import translate_offsets
 
-    flow = _pick_flow(load_mm2(args.config), source=args.source, target=args.to)
+    flow = _pick_flow(load_mm2(args.config, allow_unknown_keys=args.allow_unknown_keys), source=args.source, target=args.to)
     if args.live:
         rows = translate_offsets(flow, args.group, timeout_s=args.timeout)
         how = f"translated now from {flow.source}"
@@ -249,7 +280,7 @@ def run_failback(args: argparse.Namespace) -> int:
     from shallowmirror.mirror.config import load_mm2
     from shallowmirror.replication.translate import translate_back
 
-    flow = _pick_flow(load_mm2(args.config), source=args.to, target=args.target)
+    flow = _pick_flow(load_mm2(args.config, allow_unknown_keys=args.allow_unknown_keys), source=args.to, target=args.target)
     rows = translate_back(flow, args.group, timeout_s=args.timeout)
     if not rows:
         raise OffsetsCommandError(f"group {args.group!r} has no committed offsets on cluster "

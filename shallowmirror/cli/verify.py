@@ -1,8 +1,8 @@
 """`shallowmirror verify mm2.properties`: compare a shallow mirror's target with its source,
 batch by batch, without decompressing (``shallowmirror.mirror.verify``).
 
-Exit status: 0 exact copy, 1 first mismatch printed, 2 configuration error or unreachable
-cluster.
+Exit status: 0 exact copy, 1 first mismatch printed (or nothing to compare), 2 configuration
+error or unreachable cluster.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ EXAMPLES = [
     ("shallowmirror verify mm2.properties",
      "every mirrored topic of every enabled flow; exit 0 on an exact copy, 1 at the first "
      "difference"),
-    ("shallowmirror verify mm2.properties --flow A->B --topics 'orders.*' payments",
+    ("shallowmirror verify mm2.properties --flow 'A->B' --topics 'orders.*' payments",
      "one flow, the source topics matching these regular expressions"),
 ]
 
@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "under read_committed) are skipped as the mirror skips them; batches the "
                     "mirror re-packed (compacted batches with offset gaps) are compared record "
                     "by record. Prints the first mismatch with cluster, topic, partition and "
-                    "offsets on both sides (exit 1), or a per-topic summary (exit 0). Exit 2: "
+                    "offsets on both sides (exit 1), or a per-topic summary (exit 0); nothing "
+                    "to compare is exit 1 too. Exit 2: "
                     "configuration error, or a cluster unreachable for 30 s (the cluster's "
                     "reconnect.deadline.ms, if set). Run it once the mirror has "
                     "caught up (`mirror --exit-when-caught-up`): a tail still in flight counts "
@@ -46,6 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="only source topics matching one of these regular expressions "
                         "(whole name)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--allow-unknown-keys", action="store_true",
+                   help="warn about unknown configuration keys instead of refusing")
     p.set_defaults(func=run)
 
 
@@ -115,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     keep_freed_fetch_buffers()
     try:
-        config = load_mm2(args.config)
+        config = load_mm2(args.config, allow_unknown_keys=args.allow_unknown_keys)
         progress = None if args.quiet else ProgressLine(sys.stderr)
         with python_sigint():        # Ctrl-C cancels the comparison rather than raising in it
             result = asyncio.run(verify(config, flow=args.flow, topic_patterns=args.topics,
@@ -140,8 +143,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"shallowmirror verify: --topics {' '.join(args.topics)}: no mirrored topic "
                   "matches", file=sys.stderr)
             return 2
-        print("verify: the flows mirror no topic yet (nothing compared)")
-        return 0
+        # Nothing compared is no proof of a copy: not a success for a script either.
+        print("shallowmirror verify: the flows mirror no topic yet (nothing compared)",
+              file=sys.stderr)
+        return 1
     print(f"verify: exact copy: {sum(t.tally.batches for t in result.topics):,} batches, "
           f"{result.source_bytes:,} source bytes in {result.elapsed_s:.2f} s ({rate:,.0f} MB/s; "
           f"CPU {result.cpu_s:.3f} s, {result.source_bytes / max(result.cpu_s, 1e-9) / 1e6:,.0f} "

@@ -419,3 +419,21 @@ def test_translation_is_exact_under_exactly_once_mirroring(
         for position in range(0, mirrored[-1][0] + 3):
             assert table.translate(topic, partition, position) == \
                 expected_position(mirrored, position), (partition, position)
+
+
+def test_translate_before_anything_is_mirrored_says_so_and_fails(source_cluster, target_cluster,
+                                                                 tmp_path, unique_topic):
+    """Before the mirror ran, every row showed '-' and the command exited 0 without a word,
+    where failover said 'not translatable yet' and exited 1."""
+    topic = unique_topic("unmirrored")
+    load(source_cluster, Workload(topic, records=300, partitions=2, value_bytes=60))
+    group = f"billing-{uuid.uuid4().hex[:8]}"
+    Groups(source_cluster.client_config(), alias="A").commit(
+        group, [CommittedOffset(topic, p, 10, "") for p in range(2)])
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=topic)
+    result = run_cli("offsets", "translate", str(props), "--group", group, "--timeout", "20")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"not translatable yet (nothing mirrored): {topic}-0, {topic}-1" in result.stderr
+    assert f"no offset of group '{group}' translates to B yet" in result.stderr
+    assert "Traceback" not in result.stderr

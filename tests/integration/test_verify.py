@@ -335,6 +335,29 @@ def test_a_topic_never_mirrored_is_a_mismatch(source_cluster, target_cluster, tm
     assert f"remote topic A.{topic} does not exist on B" in result.stdout, result.stdout
 
 
+def test_nothing_to_compare_is_no_success(source_cluster, target_cluster, tmp_path):
+    """A flow whose topics match nothing yet: 'nothing compared' exited 0, as an exact copy."""
+    config = _config(tmp_path, source_cluster, target_cluster, "nothing-here-at-all")
+    result = _verify(config)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the flows mirror no topic yet (nothing compared)" in result.stderr
+    assert "exact copy" not in result.stdout
+
+
+def test_unknown_keys_are_warnings_with_the_flag_mirror_takes(source_cluster, target_cluster,
+                                                              tmp_path):
+    """verify told the user to pass --allow-unknown-keys and then refused it: a configuration
+    that `mirror --allow-unknown-keys` runs could not be verified."""
+    config = _config(tmp_path, source_cluster, target_cluster, "nothing-here-at-all",
+                     **{"bogus.key": "1"})
+    result = _verify(config)
+    assert result.returncode == 2 and "unknown configuration key 'bogus.key'" in result.stderr
+    result = _verify(config, "--allow-unknown-keys")
+    assert result.returncode == 1, result.stderr          # ran: nothing to compare
+    assert "unknown configuration key 'bogus.key'" in result.stderr
+    assert "nothing compared" in result.stderr
+
+
 def test_config_errors_and_unreachable_clusters_exit_2(source_cluster, target_cluster, tmp_path):
     config = _config(tmp_path, source_cluster, target_cluster, "nothing-here")
     result = _verify(config, "--flow", "B->A")

@@ -278,6 +278,38 @@ def test_a_seconds_option_must_be_a_finite_number(args):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--group", ""], "argument --group: a consumer group id cannot be empty"),
+    (["--group", "g", "--timeout", "0"], "argument --timeout: expected more than 0 and at most "
+                                         "3600 seconds, got '0'"),
+    (["--group", "g", "--timeout", "99999"], "expected more than 0 and at most 3600 seconds"),
+    (["--group", "g", "--timeout", "-1"], "expected more than 0 and at most 3600 seconds"),
+])
+def test_offsets_refuses_a_bad_group_or_timeout_as_a_usage_error(tmp_path, args, message):
+    """Each was 'unexpected ValueError ... (this is a bug)' from the librdkafka client."""
+    result = run_cli("offsets", "translate", str(tmp_path / "mm2.properties"), *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "bug" not in result.stderr
+
+
+def test_options_after_an_offsets_action_include_log_level_and_unknown_keys(tmp_path):
+    """``offsets translate ... --log-level DEBUG`` was 'unrecognized arguments' (the README says
+    --log-level goes before or after the command), and --allow-unknown-keys, which its own
+    error message recommends, was refused."""
+    config = tmp_path / "mm2.properties"
+    config.write_text("clusters = A, B\nA.bootstrap.servers = 127.0.0.1:1\n"
+                      "B.bootstrap.servers = 127.0.0.1:1\nA->B.enabled = true\nbogus.key = 1\n")
+    result = run_cli("offsets", "translate", str(config), "--group", "g", "--log-level", "DEBUG")
+    assert result.returncode == 2, result.stderr
+    assert "unknown configuration key 'bogus.key'" in result.stderr
+    assert "--allow-unknown-keys turns these into warnings" in result.stderr
+    result = run_cli("offsets", "translate", str(config), "--group", "g", "--timeout", "1",
+                     "--allow-unknown-keys")
+    assert "unrecognized arguments" not in result.stderr
+    assert "unknown configuration key 'bogus.key'" in result.stderr   # now a warning
+    assert "cannot reach" in result.stderr or "did not answer" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("args", [["info"], ["info", "--config-reference"]])
 def test_a_reader_that_left_ends_the_command_quietly(args):
     """``shallowmirror info | head -1``: the reader may be gone before everything is written.
