@@ -117,8 +117,12 @@ def describe(config) -> str:
 
 
 def _group_features(flow) -> list[str]:
-    """Group offset sync and reverse checkpointing, when a flow has them on."""
+    """Exactly-once, group offset sync and reverse checkpointing, when a flow has them on."""
+    from shallowmirror.engine.config import exactly_once, resolve_settings
+
     s, extras = flow.settings, []
+    if flow.shallow and exactly_once(resolve_settings(flow.engine_settings, context=flow.name)):
+        extras.append("exactly-once (transactions on the target)")
     if s.get("sync.group.offsets.enabled"):
         extras.append(f"group offset sync every {s['sync.group.offsets.interval.seconds']:g}s")
     if s.get("reverse.checkpointing.enabled"):

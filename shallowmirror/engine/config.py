@@ -184,7 +184,8 @@ ENGINE_SETTINGS = SettingsTable(
                 minimum=0),
         Setting("exactly.once.source.support", "str", "disabled",
                 "MirrorMaker 2's switch for exactly-once (KIP-618/656): enabled turns on "
-                "exactly.once for every flow (see below); preparing and disabled leave it off.",
+                "exactly.once for every flow (see below) but one that sets "
+                "`A->B.exactly.once = false`; preparing and disabled leave it off.",
                 choices=("disabled", "preparing", "enabled")),
         Setting("exactly.once", "bool", False,
                 "Transactional exactly-once, per flow (`A->B.exactly.once = true`): read_committed "

@@ -671,6 +671,10 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
             problems.extend(p for p in err.problems if p not in problems)
             continue
         engine_raw.setdefault("group.id", f"shallowmirror-{source}-{target}")
+        opted_out = _non_role(flow_keys).get("exactly.once")
+        if opted_out is not None and opted_out.strip().lower() == "false":
+            # A flow's own `A->B.exactly.once = false` wins over MM2's process-wide switch.
+            engine_raw["exactly.once.source.support"] = "disabled"
         if str(engine_raw.get("partition.assignment", "")).strip() == "all" \
                 and settings["tasks.max"] > 1:
             problems.append(f"{flow}: partition.assignment=all gives every partition to each "

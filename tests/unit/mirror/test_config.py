@@ -229,6 +229,17 @@ def test_one_cluster_as_source_and_target_with_kept_names_is_refused():
     resolve_mm1(same, {"bootstrap.servers": "kafka-3:9092"}, include="orders")
 
 
+def test_a_flow_opts_out_of_mm2s_process_wide_exactly_once():
+    """`exactly.once.source.support = enabled` with `B->A.exactly.once = false` ran B->A
+    exactly-once anyway."""
+    from shallowmirror.engine.config import exactly_once, resolve_settings
+
+    cfg = resolve_mm2({**BASE, "B->A.enabled": "true",
+                       "exactly.once.source.support": "enabled", "B->A.exactly.once": "false"})
+    on = {f.name: exactly_once(resolve_settings(f.engine_settings)) for f in cfg.flows}
+    assert on == {"A->B": True, "B->A": False}
+
+
 def test_known_mm2_keys_are_not_warned_about():
     cfg = resolve_mm2({**BASE, "emit.heartbeats.enabled": "false", "groups": ".*",
                        "offset.storage.replication.factor": "1",
