@@ -231,7 +231,8 @@ def resolve_settings(raw: Mapping[str, Any] | None, *, context: str = "engine") 
         problems.append("retry.backoff.max.ms must be >= retry.backoff.ms")
     problems.extend(_exactly_once_problems(values))
     if problems:
-        raise ConfigError(problems)
+        # Named like the single-key problems: which flow (or engine) they are about.
+        raise ConfigError([f"{context}: {p}" for p in problems])
     return values
 
 
