@@ -25,6 +25,8 @@ def file_problem(path: str | os.PathLike, option: str, *, make_parent: bool = Fa
 
 def dir_problem(path: str | os.PathLike, option: str) -> str | None:
     """Why ``path`` cannot be created or written into as a directory, or None (it is created)."""
+    if Path(path).exists() and not Path(path).is_dir():
+        return f"{option} {path}: is a file, not a directory"
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as err:

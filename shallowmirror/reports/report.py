@@ -7,12 +7,15 @@ contributes every ``*.jsonl`` file below it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shallowmirror import metrics_schema as ms
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.output_paths import dir_problem
 from shallowmirror.reports.html import ReportData, ReportFiles, Row, write_report
@@ -115,7 +118,6 @@ def compute(spark: SparkSession, inputs: Sequence[Path], window_s: float = 1.0) 
     """Run every job over ``inputs`` and collect the results as plain rows."""
     from pyspark.sql import functions as F
 
-    from shallowmirror import metrics_schema as ms
     from shallowmirror.reports import jobs
 
     records = jobs.read_records(spark, [str(p) for p in inputs]).cache()
@@ -155,6 +157,52 @@ def compute(spark: SparkSession, inputs: Sequence[Path], window_s: float = 1.0) 
     )
 
 
+#: A line that may be a record the report shows (a benchmark run, a flow, a process).
+_REPORTED_KIND = re.compile(
+    rb'"kind"\s*:\s*"(' + b"|".join(re.escape(k.encode()) for k in (ms.FLOW, ms.PROCESS,
+                                                                 ms.BENCH_RUN)) + rb')"')
+
+
+def _may_hold_records(files: Sequence[Path]) -> bool:
+    """Whether any line of ``files`` names a reported kind: read until the first one (at
+    once for real inputs), to the end only for inputs that hold none."""
+    for path in files:
+        with open(path, "rb") as lines:
+            if any(_REPORTED_KIND.search(line) for line in lines):
+                return True
+    return False
+
+
+def _count_unreportable(files: Sequence[Path]) -> tuple[int, int]:
+    """(lines that are not JSON objects, JSON objects of another kind) in ``files``, as the
+    Spark job counts them, for inputs with nothing to report."""
+    import json
+
+    malformed = unknown = 0
+    for path in files:
+        with open(path, "rb") as lines:
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    malformed += 1
+                    continue
+                if isinstance(record, dict):
+                    unknown += 1
+                else:
+                    malformed += 1
+    return malformed, unknown
+
+
+def _nothing_to_report(files: Sequence[Path], malformed: int, unknown: int) -> str:
+    return (f"nothing to report in {', '.join(str(f) for f in files)}: no benchmark run, flow "
+            f"or process record ({malformed} line(s) not JSON, {unknown} record(s) of another "
+            "kind); give the JSON lines written by `shallowmirror bench --out` or `shallowmirror "
+            "mirror --metrics-file`")
+
+
 def run_report(
     inputs: Iterable[str | Path],
     out_dir: str | Path,
@@ -170,10 +218,27 @@ def run_report(
     if window_s <= 0:
         raise ShallowMirrorError(f"--window-s must be positive, got {window_s}")
     files = find_inputs(inputs)
+    out_dir = Path(out_dir)
+    created = not out_dir.exists()
     problem = dir_problem(out_dir, "--out")     # before Spark: a bad --out costs no JVM start
     if problem:
         raise ShallowMirrorError(problem)
-    out_dir = Path(out_dir)
+    try:
+        return _report(files, out_dir, master, window_s, spark)
+    except BaseException:
+        if created:          # a folder this run made and filled with nothing goes with it
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
+
+
+def _report(files: Sequence[Path], out_dir: Path, master: str, window_s: float,
+            spark: SparkSession | None) -> ReportFiles:
+    """``run_report`` once its inputs and ``out_dir`` are known to be usable."""
+    if not _may_hold_records(files):
+        # Found by reading the files, before a JVM starts (that took 16-38 s to say this).
+        malformed, unknown = _count_unreportable(files)
+        raise ShallowMirrorError(_nothing_to_report(files, malformed, unknown))
     own_session = spark is None
     if spark is None:
         from shallowmirror.reports.spark import spark_session, stop_session
@@ -187,11 +252,8 @@ def run_report(
         if own_session:
             stop_session(spark)  # and its JVM, before the CLI returns
     if not any(data.tables.values()):
-        raise ShallowMirrorError(
-            f"nothing to report in {', '.join(str(f) for f in files)}: no benchmark run, flow "
-            f"or process record ({data.malformed_lines} line(s) not JSON, "
-            f"{data.unknown_records} record(s) of another kind); give the JSON lines written "
-            "by `shallowmirror bench --out` or `shallowmirror mirror --metrics-file`")
+        raise ShallowMirrorError(_nothing_to_report(files, data.malformed_lines,
+                                                    data.unknown_records))
     try:
         return write_report(data, out_dir)
     except OSError as err:

@@ -130,6 +130,30 @@ def test_a_file_without_any_record_to_report_is_an_error(spark, tmp_path):
         "--out` or `shallowmirror mirror --metrics-file`")
 
 
+def test_nothing_to_report_is_found_before_spark_and_leaves_no_folder(tmp_path, monkeypatch):
+    """Empty, binary or foreign inputs started Spark (16-38 s) before saying so, and left the
+    empty --out folder behind."""
+    from shallowmirror.errors import ShallowMirrorError
+    from shallowmirror.reports import spark as spark_module
+    from shallowmirror.reports.report import run_report
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was started for inputs with nothing to report")
+
+    monkeypatch.setattr(spark_module, "spark_session", no_spark)
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\x00\xff\x81garbage\n\n{\"kind\": \"heartbeat\"}\n[1, 2]\n")
+    out = tmp_path / "made" / "out"
+    with pytest.raises(ShallowMirrorError) as info:
+        run_report([binary], out)
+    assert "(2 line(s) not JSON, 1 record(s) of another kind)" in str(info.value)
+    assert not out.exists()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ShallowMirrorError, match=f"--out {afile}: is a file, not a directory"):
+        run_report([binary], afile)
+
+
 def test_an_output_directory_that_cannot_be_made_is_named_before_spark_starts(data_dir,
                                                                               tmp_path):
     from shallowmirror.errors import ShallowMirrorError
