@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"report: {files.html.resolve()}")
     print(f"summary: {files.summary_json.resolve()} and {len(files.csv)} CSV file(s) beside it")
+    if files.measured_nothing:
+        failed = len(files.data.table("failed_runs"))
+        print(f"shallowmirror report: all {failed} benchmark run(s) in the inputs failed: the "
+              "report lists them, and has no figure", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -501,7 +501,12 @@ CPU = user + system seconds</p>""")
             ]))
 
     if not summary and not data.table("flow_totals") and not data.table("process_summary"):
-        parts.append("<p class=warn>The inputs hold no benchmark runs and no engine metrics.</p>")
+        if data.table("failed_runs"):
+            parts.append("<p class=warn>Every benchmark run in the inputs failed (listed "
+                         "above): nothing was measured.</p>")
+        else:
+            parts.append("<p class=warn>The inputs hold no benchmark runs and no engine "
+                         "metrics.</p>")
     page = (f"<!doctype html><html lang=en><head><meta charset=utf-8>"
             f"<title>shallowmirror report</title><style>{_CSS}</style></head><body>"
             f"{''.join(parts)}</body></html>")
@@ -539,13 +544,20 @@ def _json_safe(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """Where the report went."""
+    """Where the report went, and what it was made of."""
 
     html: Path
     summary_json: Path
     csv: dict[str, Path]
     plots: int
     data: ReportData
+
+    @property
+    def measured_nothing(self) -> bool:
+        """Only failed benchmark runs: a report, but no figure in it."""
+        d = self.data
+        return bool(d.table("failed_runs")) and not (
+            d.table("bench_summary") or d.table("flow_totals") or d.table("process_summary"))
 
 
 def write_report(data: ReportData, out_dir: Path) -> ReportFiles:
