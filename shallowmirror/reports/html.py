@@ -16,6 +16,7 @@ import html
 import io
 import json
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,7 +277,9 @@ def _series_panels(series: Sequence[Row], y: str, ylabel: str, title: str,
         ax.legend(fontsize=7, frameon=False)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=11, x=0.01, ha="left")
+    # Wrapped to the figure's width: one panel is 5 inches, where a long title was cut off.
+    fig.suptitle(textwrap.fill(title, max(40, int((4.0 * ncols + 1) * 11))), fontsize=11,
+                 x=0.01, ha="left")
     return _png(fig)
 
 
