@@ -253,6 +253,9 @@ class FlowRunner:
         assert self.sync is not None
         delay, waiting_since = 1.0, None
         while not stop.is_set():
+            # The wait counts from the start of the first attempt that failed, not from its
+            # end: an attempt itself may wait for an answer for seconds.
+            attempt_started = time.monotonic()
             try:
                 answered, ready = await _unless_stopped(self.sync.refresh, stop)
                 if not answered:
@@ -265,7 +268,7 @@ class FlowRunner:
                 deadline_ms = self._deadline_ms()
                 now = time.monotonic()
                 if waiting_since is None:
-                    waiting_since = now
+                    waiting_since = attempt_started
                     log.warning("flow %s: cannot reach %s (%s); retrying in %.0fs, backoff "
                                 "doubling up to 30s, for at most reconnect.deadline.ms=%d",
                                 self.name, where, err, delay, deadline_ms)
