@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard native/*.pyx native/*.pxd native/*.
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -c "import shallowmirror.codec as c, shallowmirror.engine.hotpath as h; assert c.IMPLEMENTATION == h.IMPLEMENTATION == 'native', (c.IMPLEMENTATION, h.IMPLEMENTATION); print('shallowmirror installed; codec and engine loops:', c.IMPLEMENTATION)"
+	$(PY) -c "import shallowmirror.codec as c, shallowmirror.engine.hotpath as h, shallowmirror.net.connection as n; assert c.IMPLEMENTATION == h.IMPLEMENTATION == n.SEND_IMPLEMENTATION == 'native', (c.IMPLEMENTATION, h.IMPLEMENTATION, n.SEND_IMPLEMENTATION); print('shallowmirror installed; codec, engine loops and send path:', c.IMPLEMENTATION)"
 	touch $(STAMP)
 
 demo: $(STAMP)
