@@ -235,7 +235,7 @@ def _commit(alias: str, admin: dict, group: str, rows, execute: bool,
         print(dry_run_summary(group, alias, offsets, groups.committed(group)))
         return 0
     groups.commit(group, offsets)
-    print(f"wrote {len(offsets)} offsets of group {group} on cluster {alias}")
+    print(f"wrote {_offsets(len(offsets))} of group {group} on cluster {alias}")
     return 0
 
 
@@ -247,12 +247,20 @@ def dry_run_summary(group: str, alias: str, offsets: list[CommittedOffset],
     same = sum(1 for o in offsets if now.get((o.topic, o.partition)) == o.offset)
     head = f"dry run, nothing written: group {group} on cluster {alias}"
     if same == len(offsets):
-        return (f"{head} already has these {same} offsets (written by group offset sync or an "
+        return (f"{head} already has {_these(same)} (written by group offset sync or an "
                 f"earlier --execute); --execute would change nothing")
     other = sum(1 for o in offsets if (o.topic, o.partition) in now) - same
     state = (f"{same} already committed, {other} committed at another offset, "
              f"{len(offsets) - same - other} with none")
-    return f"{head}: --execute would commit these {len(offsets)} offsets ({state})"
+    return f"{head}: --execute would commit {_these(len(offsets))} ({state})"
+
+
+def _offsets(n: int) -> str:
+    return f"{n} offset" if n == 1 else f"{n} offsets"
+
+
+def _these(n: int) -> str:
+    return f"this {_offsets(n)}" if n == 1 else f"these {_offsets(n)}"
 
 
 @_guarded

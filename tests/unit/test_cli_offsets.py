@@ -69,3 +69,12 @@ def test_a_dry_run_says_what_the_group_already_has() -> None:
                       "commit these 3 offsets (1 already committed, 1 committed at another "
                       "offset, 1 with none)")
     assert "3 with none" in dry_run_summary("billing", "B", wanted, [])
+
+
+def test_one_offset_is_said_in_the_singular() -> None:
+    from shallowmirror.cli.offsets import dry_run_summary
+    from shallowmirror.replication.groups import CommittedOffset
+
+    one = [CommittedOffset("A.orders", 0, 10, "")]
+    assert "already has this 1 offset (" in dry_run_summary("billing", "B", one, one)
+    assert "--execute would commit this 1 offset (" in dry_run_summary("billing", "B", one, [])
