@@ -345,7 +345,7 @@ class FlowRunner:
                                   f"cluster {self.flow.source} at "
                                   f"{self._address(self.flow.source)} and cluster "
                                   f"{self.flow.target} at {self._address(self.flow.target)} had "
-                                  "not answered yet")
+                                  "not both answered yet")
             return
         # Even with sync.topic.configs.enabled=false this enforces compression.type=producer.
         await asyncio.to_thread(self.sync.sync_configs)

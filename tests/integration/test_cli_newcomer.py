@@ -157,7 +157,7 @@ def test_unreachable_source_is_quiet_and_sigint_stops_at_once(target_cluster, tm
     assert lines[0].endswith(
         f" ERROR shallowmirror.mirror.process: flow A->B: stopped before it could start, "
         f"cluster A at 127.0.0.1:{port} and cluster B at {target_cluster.bootstrap} had not "
-        "answered yet; nothing was mirrored"), log
+        "both answered yet; nothing was mirrored"), log
     assert lines[1].startswith("mirrored 0 records, 0.0 MB in "), log
     assert lines[2] == "  A->B (shallow): 0 records, 0.0 MB compressed, 0 topics, lag unknown"
 
