@@ -15,6 +15,12 @@ One run (``run_once``):
 5. stop the process group (SIGTERM, then SIGKILL after ``stop_timeout_s``), reap it with
    ``wait4`` and write one ``bench_run`` record.
 
+Ctrl-C (or SIGTERM) ends the bench within a second or so: the mode's process group (its own
+session, so the terminal's SIGINT never reached it) is killed at once, and the run it cut short is
+not recorded, failed or not: the embedded brokers are in the harness's process group and died of
+the same Ctrl-C (``interrupts``). A run that outlives ``run_timeout_s`` is stopped and recorded as
+timed out.
+
 ``mm2`` is MirrorMaker 2 from the Kafka distribution (``modes.mm2``): a JVM with no "ready" line,
 so its start-up runs from launch to the first record seen on the target.
 
@@ -22,9 +28,11 @@ Clusters: the given ones (``source_bootstrap``/``target_bootstrap``), else two s
 harness and stopped by pid at the end (also on Ctrl-C): embedded tansu by default, real Apache
 Kafka with ``broker="kafka"`` or a ``kafka_home`` (``shallowmirror.testing.clusters``).
 
-``fetch-only`` has no target: it reads the source to the end and reports the time it got there;
-its CPU is the kernel's rusage at exit. Bytes moved are the source's RecordBatch bytes (identical
-for every mode, so CPU per GB compares like with like); uncompressed bytes are the record payloads.
+``fetch-only`` has no target: it reads the source to the end, reports the time it got there and
+waits to be stopped; the tree's CPU is sampled when that "done" line arrives, as the other modes'
+is at catch-up (its interpreter's teardown is not the reading's cost). Bytes moved are the
+source's RecordBatch bytes (identical for every mode, so CPU per GB compares like with like);
+uncompressed bytes are the record payloads.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,16 +57,21 @@ import psutil
 from shallowmirror import __version__, codec
 from shallowmirror.bench import load as loader
 from shallowmirror.bench import machine, topics
+from shallowmirror.bench.interrupts import StopSignalLog
 from shallowmirror.bench.matrix import Workload
 from shallowmirror.bench.modes import MODULES
 from shallowmirror.bench.modes import external as external_mode
 from shallowmirror.bench.modes import mm2 as mm2_mode
+from shallowmirror.bench.modes import shallow as shallow_mode
 from shallowmirror.bench.progress import ProgressBar
 from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.metrics_schema import BENCH_RUN, MODES
 
 log = logging.getLogger(__name__)
+
+#: How ``_wait_caught_up`` ended.
+CAUGHT_UP, EXITED, TIMED_OUT = "caught-up", "exited", "timed-out"
 
 LATENCY_METHOD = ("probe records sent to the source latency topic after catch-up; sample = "
                   "arrival seen by a target consumer - send time in the probe")
@@ -82,6 +96,7 @@ class BenchConfig:
     progress: bool | None = None          # None: only when stderr is a terminal
     python: str = sys.executable
     mode_args: dict[str, list[str]] = field(default_factory=dict)  # extra args per mode
+    shallow_settings: list[str] = field(default_factory=list)  # KEY=VALUE engine settings
     broker: str | None = None             # started clusters: tansu | kafka (None: see flavor())
     kafka_home: str | None = None         # Kafka distribution (else $KAFKA_HOME)
 
@@ -113,8 +128,11 @@ class BenchConfig:
         return found
 
     def problems(self) -> list[str]:
+        """Everything wrong with the configuration, found before any broker starts."""
         found = [f"unknown mode {m!r} (known: {', '.join(MODES)})" for m in self.modes
                  if m not in MODES]
+        found += [f"mode {m} is listed {self.modes.count(m)} times in --modes"
+                  for m in dict.fromkeys(self.modes) if self.modes.count(m) > 1]
         if "external" in self.modes:
             if not self.external_cmd:
                 found.append("mode external needs --external-cmd")
@@ -122,11 +140,36 @@ class BenchConfig:
                 found += external_mode.check_template(self.external_cmd)
         if bool(self.source_bootstrap) != bool(self.target_bootstrap):
             found.append("give both source and target bootstrap servers, or neither (embedded)")
+        found += _address_problems("--source-bootstrap", self.source_bootstrap)
+        found += _address_problems("--target-bootstrap", self.target_bootstrap)
         if self.repeats < 1:
             found.append("repeats must be >= 1")
+        if self.latency_probes < 0:
+            found.append(f"--latency-probes must be 0 (none) or more, got {self.latency_probes}")
+        if not self.run_timeout_s > 0:
+            found.append(f"--run-timeout must be more than 0 seconds, got "
+                         f"{self.run_timeout_s:g}")
+        if self.shallow_settings:
+            if "shallow" not in self.modes:
+                found.append("--shallow-setting applies to mode shallow, which --modes does not "
+                             "run")
+            found += shallow_mode.setting_problems(self.shallow_settings)
         if not self.workloads:
             found.append("no workloads")
         return found + self._kafka_problems()
+
+
+def _address_problems(option: str, bootstrap: str | None) -> list[str]:
+    """Bad ``host:port`` entries of a bootstrap list (found before anything connects)."""
+    from shallowmirror.net.config import parse_host_port
+
+    found = []
+    for entry in bootstrap.split(",") if bootstrap else ():
+        try:
+            parse_host_port(entry)
+        except ValueError as err:
+            found.append(f"{option}: {err}")
+    return found
 
 
 @dataclass
@@ -168,36 +211,56 @@ def run_bench(config: BenchConfig, emit: Callable[[dict], None]) -> list[dict]:
     problems = config.problems()
     if problems:
         raise ValueError("; ".join(problems))
+    records: list[dict] = []
+    with StopSignalLog() as stops, clusters_for(config) as clusters:
+        try:
+            _run_matrix(config, clusters, emit, records, stops)
+        except Exception as err:
+            # An error after a stop signal is that stop (the brokers it stopped, or the
+            # interrupt itself disguised by a library): the bench ends as interrupted.
+            interrupt = stops.interrupt()
+            if interrupt is None:
+                raise
+            log.debug("after the stop signal", exc_info=err)
+            traceback.clear_frames(err.__traceback__)  # its clients close before the brokers
+            raise interrupt from None
+    return records
+
+
+def _run_matrix(config: BenchConfig, clusters: Clusters, emit: Callable[[dict], None],
+                records: list[dict], stops: StopSignalLog) -> None:
+    if not clusters.embedded:
+        topics.check_answers({"source": clusters.source, "target": clusters.target})
     session = uuid.uuid4().hex[:8]
     described = machine.describe()
-    records = []
-    with clusters_for(config) as clusters:
-        for workload in config.workloads:
-            topic = f"bench-{workload.workload_id}-{session}"
-            bar = ProgressBar(f"load {workload.workload_id}", workload.records,
-                              enabled=config.progress)
-            source = loader.load(clusters.source, topic, workload,
-                                 progress=lambda done, _total, bar=bar: bar.update(done))
-            bar.close()
-            log.info("loaded %s: %d records, %.1f MB compressed (%.2fx), %d batches, %.1fs",
-                     topic, source.records, source.compressed_bytes / 1e6,
-                     source.uncompressed_bytes / max(source.compressed_bytes, 1), source.batches,
-                     source.load_s)
-            # Modes interleave within each repeat so slow drift (page cache, broker heap) is
-            # spread over all modes instead of favouring whichever ran first.
-            for repeat in range(config.repeats):
-                for mode in config.modes:
-                    record = run_once(config, clusters, workload, source, mode, repeat,
-                                      machine_info=described)
-                    emit(record)
-                    records.append(record)
-    return records
+    for workload in config.workloads:
+        topic = f"bench-{workload.workload_id}-{session}"
+        bar = ProgressBar(f"load {workload.workload_id}", workload.records,
+                          enabled=config.progress)
+        source = loader.load(clusters.source, topic, workload,
+                             progress=lambda done, _total, bar=bar: bar.update(done))
+        bar.close()
+        log.info("loaded %s: %d records, %.1f MB compressed (%.2fx), %d batches, %.1fs",
+                 topic, source.records, source.compressed_bytes / 1e6,
+                 source.uncompressed_bytes / max(source.compressed_bytes, 1), source.batches,
+                 source.load_s)
+        # Modes interleave within each repeat so slow drift (page cache, broker heap) is
+        # spread over all modes instead of favouring whichever ran first.
+        for repeat in range(config.repeats):
+            for mode in config.modes:
+                record = run_once(config, clusters, workload, source, mode, repeat,
+                                  machine_info=described, stops=stops)
+                stops.check()   # a run a stop signal cut short is not a result
+                emit(record)
+                records.append(record)
 
 
 def run_once(config: BenchConfig, clusters: Clusters, workload: Workload,
              source: loader.LoadedSource, mode: str, repeat: int, *,
-             machine_info: dict | None = None) -> dict:
-    """One mode, one repeat: returns the ``bench_run`` record (``ok`` false on failure)."""
+             machine_info: dict | None = None, stops: StopSignalLog | None = None) -> dict:
+    """One mode, one repeat: returns the ``bench_run`` record (``ok`` false on failure).
+
+    An error after a stop signal noted in ``stops`` is that stop: raised, not recorded."""
     run_id = f"{mode}-{workload.workload_id}-r{repeat}-{uuid.uuid4().hex[:6]}"
     record: dict = {
         "kind": BENCH_RUN, "run_id": run_id, "started_at": time.time(), "mode": mode,
@@ -216,8 +279,10 @@ def run_once(config: BenchConfig, clusters: Clusters, workload: Workload,
         "broker_cpu_s": None,
     }
     try:
-        _run(config, clusters, workload, source, mode, run_id, record)
+        _run(config, clusters, workload, source, mode, run_id, record, stops)
     except Exception as err:  # noqa: BLE001 - a failed run is a result, recorded with its cause
+        if stops is not None:
+            stops.check()
         log.warning("run %s failed: %s", run_id, err)
         record["ok"] = False
         record["error"] = record["error"] or f"{type(err).__name__}: {err}"
@@ -255,11 +320,14 @@ def _command(config: BenchConfig, clusters: Clusters, workload: Workload,
     else:
         cmd += ["--target", clusters.target, "--topic", source.latency_topic,
                 "--target-suffix", target_topic[len(source.topic):]]
+    if mode == "shallow":
+        cmd += [arg for setting in config.shallow_settings for arg in ("--setting", setting)]
     return cmd + list(config.mode_args.get(mode, ()))
 
 
 def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
-         source: loader.LoadedSource, mode: str, run_id: str, record: dict) -> None:
+         source: loader.LoadedSource, mode: str, run_id: str, record: dict,
+         stops: StopSignalLog | None = None) -> None:
     mirrors = mode != "fetch-only"
     target_topic, target_latency_topic = _target_names(config, clusters, mode, source)
     record["target_topic"] = target_topic if mirrors else None
@@ -274,17 +342,21 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
     cmd = mm2_run.command if mm2_run else _command(config, clusters, workload, source, mode,
                                                     run_id, target_topic, target_latency_topic)
     record["command"] = cmd
-    watcher = HighWatermarks(clusters.target, target_topic) if mirrors else None
     stderr_file = tempfile.TemporaryFile(prefix=f"bench-{mode}-")  # noqa: SIM115 - read after exit
     bar = ProgressBar(f"{mode:<17} {workload.codec:<6} r{repeat_of(record)}", source.records,
                       enabled=config.progress)
+    watcher: HighWatermarks | _FirstRecord | None = None
     proc: subprocess.Popen | None = None
     sampler: ProcessTreeSampler | None = None
     done_lines: list[dict] = []
     ready: dict = {}
     total_cpu: tuple[float, float] | None = None
+    outcome: str | None = None
     interrupted = False
     try:
+        # Inside the try: a Ctrl-C while it asks Metadata must still remove MirrorMaker 2's
+        # work folder.
+        watcher = HighWatermarks(clusters.target, target_topic) if mirrors else None
         brokers_before = clusters.broker_cpu()
         record["started_at"] = time.time()
         t0 = time.monotonic()
@@ -301,20 +373,20 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
             reader.start()
         if mm2_run is not None and watcher is not None:
             watcher = _FirstRecord(watcher, sampler, ready, record)
-        caught_up = _wait_caught_up(config, proc, watcher, source, record, t0, bar, done_lines,
-                                    reader, ready)
-        if caught_up:
+        outcome = _wait_caught_up(config, proc, watcher, source, record, t0, bar, done_lines,
+                                  reader, ready)
+        if outcome == CAUGHT_UP:
             # The embedded brokers share this machine's CPUs with the mode: what they spent
             # from process start to catch-up tells whether the mode or a broker was the limit.
             after = clusters.broker_cpu()
             record["broker_cpu_s"] = {alias: round(after[alias] - brokers_before[alias], 3)
                                       for alias in after if alias in brokers_before} or None
-        if caught_up and mirrors:
-            # The instant the last record is seen: CPU of the tree now, before any idling.
-            sampler.sample()
-            total_cpu = sampler.cpu()
-            record["cpu_basis"] = "tree-sampled-at-catch-up"
-            if config.latency_probes:
+            # The instant the last record is seen (fetch-only: its "done" line, after which it
+            # waits to be stopped): CPU of the tree now, before any idling or teardown.
+            if sampler.sample() is not None:
+                total_cpu = sampler.cpu()
+                record["cpu_basis"] = "tree-sampled-at-catch-up"
+            if mirrors and config.latency_probes:
                 record["latency_ms_samples"] = _measure_latency(
                     clusters, source.latency_topic, target_latency_topic, run_id,
                     config.latency_probes)
@@ -323,16 +395,27 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         raise
     finally:
         bar.close()
-        exit_code, rusage = (_stop(proc, config.stop_timeout_s, exits_itself=not mirrors)
-                             if proc else (None, None))
-        if sampler is not None:
-            sampler.stop()
-        if watcher is not None:
-            watcher.close()
-        if interrupted and mm2_run is not None:
-            mm2_run.remove()  # Ctrl-C: MirrorMaker 2 is stopped, its files explain nothing
-        elif mm2_run is not None:
-            _drop_mm2_topics(clusters, run_id)
+        # A stop signal may also come out as another error (see ``interrupts``).
+        interrupted = interrupted or (stops is not None and stops.received is not None)
+        try:
+            # Interrupted: killed at once. Its brokers may have died of the same Ctrl-C, and
+            # a mode's clean shutdown (a final flush and commit) would wait for them in vain.
+            exit_code, rusage = (_stop(proc, config.stop_timeout_s, at_once=interrupted)
+                                 if proc else (None, None))
+        except KeyboardInterrupt:
+            interrupted = True       # during the stop: _stop killed the group before raising
+            raise
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            if watcher is not None:
+                watcher.close()
+            if interrupted:
+                stderr_file.close()
+            if interrupted and mm2_run is not None:
+                mm2_run.remove()  # Ctrl-C: MirrorMaker 2 is stopped, its files explain nothing
+            elif mm2_run is not None:
+                _drop_mm2_topics(clusters, run_id)
     record["exit_code"] = exit_code
     samples = sampler.samples if sampler else []
     start = record["started_at"]
@@ -349,9 +432,15 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
     problems = []
     if record["process_wall_s"] is None:
         problems.append(f"not all records arrived ({record['records']}/{source.records})")
+        if outcome == TIMED_OUT:
+            problems[-1] = (f"timed out after {config.run_timeout_s:g} s (--run-timeout): "
+                            f"{problems[-1]}")
     # Our own modes must shut down cleanly; an external tool may exit however it likes on SIGTERM,
-    # and a JVM stopped by SIGTERM exits 143 after its shutdown hooks ran.
+    # and a JVM stopped by SIGTERM exits 143 after its shutdown hooks ran. A mode the timeout
+    # stopped may die of that SIGTERM (still starting, no handler yet): no news.
     clean_exits = {"external": None, "mm2": (0, 143, None)}.get(mode, (0, None))
+    if clean_exits is not None and outcome == TIMED_OUT:
+        clean_exits = (*clean_exits, -signal.SIGTERM)
     if clean_exits is not None and exit_code not in clean_exits:
         problems.append(f"mode process exited with status {exit_code}")
     if problems:
@@ -457,7 +546,9 @@ def ready_s(record: dict, ready: dict) -> float | None:
 def _wait_caught_up(config: BenchConfig, proc: subprocess.Popen, watcher: HighWatermarks | None,
                     source: loader.LoadedSource, record: dict, t0: float, bar: ProgressBar,
                     done_lines: list[dict], reader: threading.Thread,
-                    ready: dict | None = None) -> bool:
+                    ready: dict | None = None) -> str:
+    """Poll until every record is on the target (fetch-only: its "done" line): CAUGHT_UP;
+    EXITED if the mode's process ended first, TIMED_OUT after ``run_timeout_s``."""
     expected = source.records
     per_record = source.compressed_bytes / max(expected, 1)
     deadline = t0 + config.run_timeout_s
@@ -473,12 +564,12 @@ def _wait_caught_up(config: BenchConfig, proc: subprocess.Popen, watcher: HighWa
                     [round(record["process_wall_s"], 3), record["records"],
                      int(done.get("bytes") or source.compressed_bytes)])
                 bar.update(record["records"])
-                return True
+                return CAUGHT_UP
             if _exited(proc.pid):
                 reader.join(1.0)
                 if any(e.get("event") == "done" for e in done_lines):
                     continue
-                return False
+                return EXITED
         else:
             total = sum(watcher.read().values())
             seen = time.monotonic()
@@ -498,11 +589,11 @@ def _wait_caught_up(config: BenchConfig, proc: subprocess.Popen, watcher: HighWa
                 if total > expected:
                     log.warning("%s: %d records on the target, %d expected (duplicates)",
                                 record["run_id"], total, expected)
-                return True
+                return CAUGHT_UP
             if _exited(proc.pid):
-                return False
+                return EXITED
         if now > deadline:
-            return False
+            return TIMED_OUT
         time.sleep(config.poll_interval_s)
 
 
@@ -521,11 +612,13 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     from shallowmirror.rdkafka_logs import with_log_config
+    from shallowmirror.testing.workload import flush_sliced
 
     # librdkafka's log lines (a broker closing an idle connection...) go to logging, not stderr.
     consumer = producer = None
     samples: list[float] = []
     sent = 0
+    finished = False
     try:
         # Built inside the try: Ctrl-C between the two must still close the first.
         consumer = Consumer(with_log_config({
@@ -538,7 +631,7 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
         # position would otherwise land in the first sample.
         producer.produce(latency_topic, json.dumps({"run": run_id, "i": -1}).encode(),
                          partition=0)
-        producer.flush(5)
+        flush_sliced(producer, 5)
         deadline = time.monotonic() + timeout_s
         warm = False
         while not warm and time.monotonic() < deadline:
@@ -547,6 +640,7 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
                 with contextlib.suppress(ValueError, TypeError):
                     warm = json.loads(msg.value()) == {"run": run_id, "i": -1}
         if not warm:
+            finished = True
             return samples  # the mirror does not carry the latency topic (an external tool)
         next_send = time.monotonic()
         deadline = time.monotonic() + timeout_s + probes * spacing_s
@@ -565,33 +659,35 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
                 probe = json.loads(msg.value())
                 if probe.get("run") == run_id and probe["i"] >= 0:
                     samples.append(round((arrived - probe["sent"]) * 1000, 3))
+        finished = True
     finally:
-        if producer is not None:
-            producer.flush(5)
+        if producer is not None:   # interrupted: its brokers may be gone, nothing is waited for
+            flush_sliced(producer, 5 if finished else 0)
         if consumer is not None:
             consumer.close()
     return samples
 
 
-def _stop(proc: subprocess.Popen, timeout_s: float, exits_itself: bool = False
+def _stop(proc: subprocess.Popen, timeout_s: float, *, at_once: bool = False
           ) -> tuple[int | None, tuple | None]:
-    """SIGTERM the mode's process group, SIGKILL if it lingers; reap with wait4.
-
-    A mode that ``exits_itself`` (fetch-only, after its "done" line) is given ``timeout_s`` to
-    finish on its own first: a signal during interpreter shutdown would kill it uncleanly."""
-    usage = wait_rusage(proc.pid, timeout_s if exits_itself else 0) if (
-        exits_itself or _exited(proc.pid)) else None
-    if usage is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        usage = wait_rusage(proc.pid, timeout_s)
-    if usage is None:
-        with contextlib.suppress(ProcessLookupError):
+    """SIGTERM the mode's process group, SIGKILL if it lingers ``timeout_s`` (``at_once``: no
+    SIGTERM, no wait); reap with wait4. Interrupted while waiting, it kills before raising."""
+    usage = None
+    try:
+        if _exited(proc.pid):
+            usage = wait_rusage(proc.pid, 0)
+        elif not at_once:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            usage = wait_rusage(proc.pid, timeout_s)
+    finally:
+        if usage is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            usage = wait_rusage(proc.pid, 10.0)
+        # Whatever outlived the group leader (an external tool's children) goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        usage = wait_rusage(proc.pid, 10.0)
-    # Whatever outlived the group leader (an external tool's children) goes too.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
     if usage is not None:
         proc.returncode = usage[0]
     if proc.stdout is not None:

@@ -4,19 +4,33 @@ The target is emptied between runs by deleting and re-creating its topics: Delet
 cheaper but breaks the connection on tansu, and a fresh topic also drops any state a previous run
 left (producer ids, offsets). Mirrored topics get ``compression.type=producer`` so the broker
 stores what the mirror sends instead of recompressing it.
+
+Metadata is asked in calls of at most ``METADATA_SLICE_S``: librdkafka holds the calling thread
+for a whole call, so Python runs no signal handler until it returns, and Ctrl-C (which stops the
+embedded brokers too, leaving nothing to answer) waited out whole 30 s timeouts. ``check_answers``
+tells whether clusters given to the bench answer at all, before anything is loaded.
 """
 
 from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.testing.topics import admin_errors
 
 _UNKNOWN_TOPIC = 3
 _TOPIC_EXISTS = 36
+#: The longest one Metadata call holds the calling thread (and Ctrl-C) in librdkafka.
+METADATA_SLICE_S = 0.5
+#: How long a cluster given to the bench has to answer its first Metadata request.
+ANSWER_TIMEOUT_S = 10.0
+
+
+class ClusterUnreachable(ShallowMirrorError):
+    """A cluster given to the bench does not answer Metadata."""
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -69,10 +83,53 @@ def _raise_first(futures: dict, ignore: int | None = None) -> None:
         raise type(err)(*err.args)
 
 
+def list_topics(client: AdminClient, topic: str | None = None, *, timeout_s: float = 30.0,
+                slice_s: float = METADATA_SLICE_S):
+    """``client.list_topics(topic, timeout=timeout_s)`` asked in calls of at most ``slice_s``,
+    so Ctrl-C is seen between them; the last error is raised once ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.list_topics(topic, timeout=max(min(slice_s,
+                                                             deadline - time.monotonic()), 0.01))
+        except KafkaException as err:
+            if time.monotonic() >= deadline or err.args[0].code() not in _NOT_ANSWERING:
+                raise
+
+
+#: librdkafka's errors for "no answer yet" (a single long call would have waited on).
+_NOT_ANSWERING = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                            KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
+
+
+def check_answers(clusters: dict[str, str], timeout_s: float | None = None) -> None:
+    """Raise ``ClusterUnreachable`` naming every cluster (role -> bootstrap) that does not answer
+    Metadata within ``timeout_s`` (default ``ANSWER_TIMEOUT_S``); all are asked at once, so the
+    wait is ``timeout_s`` at most."""
+    timeout_s = ANSWER_TIMEOUT_S if timeout_s is None else timeout_s
+    clients = {role: admin(bootstrap) for role, bootstrap in clusters.items()}
+    errors: dict[str, str] = dict.fromkeys(clients, "no answer")
+    deadline = time.monotonic() + timeout_s
+    while clients and time.monotonic() < deadline:
+        for role, client in list(clients.items()):
+            try:
+                client.list_topics(timeout=max(min(METADATA_SLICE_S / len(clusters),
+                                                   deadline - time.monotonic()), 0.01))
+                del clients[role]
+            except KafkaException as err:
+                errors[role] = err.args[0].str()
+    if clients:
+        question = ("is it running, and is that its address?" if len(clients) == 1 else
+                    "are they running, and are those their addresses?")
+        raise ClusterUnreachable("; ".join(
+            f"the {role} cluster at {clusters[role]} did not answer within {timeout_s:g}s "
+            f"({errors[role]})" for role in clients) + f"; {question}")
+
+
 def _wait(client: AdminClient, topic: str | None, done, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        md = client.list_topics(topic, timeout=timeout_s)
+        md = list_topics(client, topic, timeout_s=timeout_s)
         subject = md.topics.get(topic) if topic is not None else md.topics
         if done(subject):
             return

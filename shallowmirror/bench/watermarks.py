@@ -82,12 +82,9 @@ class _Conn:
 def partition_leaders(bootstrap: str, topic: str, timeout_s: float = 10.0
                       ) -> dict[int, tuple[str, int]]:
     """partition -> (host, port) of its leader, from Metadata (confluent-kafka AdminClient)."""
-    from confluent_kafka.admin import AdminClient
+    from shallowmirror.bench import topics
 
-    from shallowmirror.rdkafka_logs import with_log_config
-
-    admin = AdminClient(with_log_config({"bootstrap.servers": bootstrap}))
-    md = admin.list_topics(topic, timeout=timeout_s)
+    md = topics.list_topics(topics.admin(bootstrap), topic, timeout_s=timeout_s)
     brokers = {b.id: (b.host, b.port) for b in md.brokers.values()}
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None:

@@ -8,8 +8,12 @@ Loads each workload into a source cluster (embedded tansu by default, real Apach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from shallowmirror.bench.matrix import (
     DEFAULT_BATCH_SIZES,
@@ -18,6 +22,9 @@ from shallowmirror.bench.matrix import (
     DEFAULT_VALUE_BYTES,
 )
 from shallowmirror.cli.formatting import finite_float
+
+if TYPE_CHECKING:
+    from shallowmirror.bench.runner import BenchConfig
 
 DEFAULT_MODES = "shallow,deep-confluent,fetch-only"
 
@@ -74,7 +81,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(repeatable)")
     p.add_argument("--latency-probes", type=int, default=20,
                    help="probe records per run for end-to-end latency (0: none)")
-    p.add_argument("--run-timeout", type=finite_float, default=900.0, help="seconds per run")
+    p.add_argument("--run-timeout", type=finite_float, default=900.0,
+                   help="seconds per run before it is stopped and recorded as timed out")
     p.add_argument("--out", default="bench-results.jsonl", help="JSON lines file to append to")
     p.add_argument("--report", metavar="DIR", help="also render the report into DIR")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -83,10 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shallowmirror.bench import summary
     from shallowmirror.bench.matrix import expand, parse_list
-    from shallowmirror.bench.runner import BenchConfig, run_bench
-    from shallowmirror.testing.embedded import BrokerStartError
+    from shallowmirror.bench.runner import BenchConfig
 
     lists = {}
     for option, kind in (("codecs", str), ("value_bytes", int), ("batch_bytes", int),
@@ -108,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
         external_cmd=args.external_cmd, external_target_topic=args.external_target_topic,
         fetch_impl=args.fetch_impl, latency_probes=args.latency_probes,
         run_timeout_s=args.run_timeout, progress=args.progress,
-        mode_args={"shallow": [a for kv in args.shallow_setting for a in ("--setting", kv)]},
-        broker=args.broker, kafka_home=args.kafka_home,
+        shallow_settings=list(args.shallow_setting), broker=args.broker,
+        kafka_home=args.kafka_home,
     )
     problems = config.problems()
     if problems:
@@ -117,7 +123,31 @@ def run(args: argparse.Namespace) -> int:
             print(f"shallowmirror bench: {problem}", file=sys.stderr)
         return 2
 
-    early = _output_problem(args.out, args.report)      # not after a whole bench
+    java = _java_problem() if args.report else None     # not after a whole bench
+    if java:
+        print(f"shallowmirror bench: {java}", file=sys.stderr)
+        return 1
+    created = [path for path in (args.out, args.report) if path and not os.path.exists(path)]
+    try:
+        return _run_and_report(args, config)
+    finally:
+        # What the checks below created and nothing filled (a bench that ended before its first
+        # run: an unreachable cluster, Ctrl-C) goes, not an empty file that looks like a result.
+        for path in created:
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path):
+                    os.rmdir(path)            # only if empty
+                elif os.path.getsize(path) == 0:
+                    os.remove(path)
+
+
+def _run_and_report(args: argparse.Namespace, config: BenchConfig) -> int:
+    from shallowmirror.bench import summary
+    from shallowmirror.bench.runner import run_bench
+    from shallowmirror.bench.topics import ClusterUnreachable
+    from shallowmirror.testing.embedded import BrokerStartError
+
+    early = _output_problem(args.out, args.report)      # not after a whole bench either
     if early:
         print(f"shallowmirror bench: {early}", file=sys.stderr)
         return 2
@@ -140,15 +170,19 @@ def run(args: argparse.Namespace) -> int:
         except BrokerStartError as err:
             print(f"shallowmirror bench: {err}", file=sys.stderr)
             return 2
+        except ClusterUnreachable as err:
+            print(f"shallowmirror bench: {err}", file=sys.stderr)
+            return 1
     table = summary.rows(records)
     print(summary.format_table(table))
     ratio_text = summary.format_ratios(summary.ratios(table))
     if ratio_text:
         print("\n" + ratio_text)
     print(f"\n{len(records)} runs appended to {args.out}")
-    if args.report:
-        _maybe_report(args.out, args.report)
-    return 0 if all(r["ok"] for r in records) else 1
+    ok = all(r["ok"] for r in records)
+    if args.report and not _report(args.out, args.report):
+        return 1
+    return 0 if ok else 1
 
 
 def _output_problem(out: str, report_dir: str | None) -> str | None:
@@ -159,11 +193,34 @@ def _output_problem(out: str, report_dir: str | None) -> str | None:
                                           else None)
 
 
-def _maybe_report(results: str, out_dir: str) -> None:
+def _java_problem() -> str | None:
+    """Why the report could not be rendered for want of Java, or None; asked before the bench
+    runs, not after it."""
+    from shallowmirror.reports.spark import JavaMissingError, check_java
+
     try:
-        from shallowmirror.reports.report import run_report
-    except ImportError:
-        print("report: shallowmirror.reports.report is not available; run `shallowmirror "
-              f"report` on {results} later", file=sys.stderr)
-        return
-    run_report([results], out_dir)
+        check_java()
+    except JavaMissingError as err:
+        return str(err)
+    return None
+
+
+def _report(results: str, out_dir: str) -> bool:
+    """Render the report of ``results`` into ``out_dir`` as ``shallowmirror report`` does (and
+    as quietly); say where it is. False (said why) when it could not be made."""
+    from shallowmirror.cli.report import drop_py4j_interrupt_trace
+    from shallowmirror.errors import ShallowMirrorError
+    from shallowmirror.reports.report import run_report
+
+    # py4j logs every gateway connection at INFO; it says nothing about the report.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger().addFilter(drop_py4j_interrupt_trace)
+    try:
+        files = run_report([results], out_dir)
+    except ShallowMirrorError as err:
+        print(f"shallowmirror bench: the report: {err} (the results are in {results}: "
+              f"`shallowmirror report {results} --out {out_dir}` renders it later)",
+              file=sys.stderr)
+        return False
+    print(f"report: {files.html.resolve()}")
+    return True

@@ -280,9 +280,16 @@ def create_topic(cluster_or_config: Any, workload: Workload, timeout_s: float = 
         future.result(timeout_s)
     except KafkaException as err:
         raise LoadError(f"cannot create topic {workload.topic!r}: {err.args[0]}") from err
+    except TimeoutError as err:  # its text is empty
+        raise LoadError(f"cannot create topic {workload.topic!r}: the cluster did not answer "
+                        f"within {timeout_s:.0f}s") from err
     deadline = time.monotonic() + timeout_s
     while True:
-        tmeta = admin.list_topics(workload.topic, timeout=timeout_s).topics.get(workload.topic)
+        try:
+            # In short calls: librdkafka holds the thread (and Ctrl-C) for a whole call.
+            tmeta = admin.list_topics(workload.topic, timeout=1.0).topics.get(workload.topic)
+        except KafkaException:
+            tmeta = None        # not answering this second: asked again until the deadline
         if (tmeta is not None and tmeta.error is None
                 and len(tmeta.partitions) >= workload.partitions
                 and all(pm.leader >= 0 for pm in tmeta.partitions.values())
@@ -379,6 +386,7 @@ def load(
     producer = Producer(config)
     outcomes = w.transaction_outcomes()
     aborted_flags = [False] * total  # per record, in produce order
+    completed = False
     try:
         if w.transactional:
             producer.init_transactions(timeout_s)
@@ -400,10 +408,16 @@ def load(
         _flush(producer, timeout_s)
         elapsed = time.monotonic() - started
         compressed, batches = _batch_bytes_from_stats(producer, stats, w.topic, total)
+        completed = True
     except KafkaException as err:
         raise LoadError(f"loading {w.topic!r} failed: {err.args[0]}") from err
     finally:
-        producer.flush(5)
+        if not completed:
+            # Failed or interrupted: what is still queued is dropped, not waited for. Ctrl-C
+            # may have stopped the brokers too, and raised in a callback (stats_cb) it comes
+            # out of librdkafka as another error (a SystemError), so any error counts.
+            producer.purge()
+        flush_sliced(producer, 5 if completed else 0)
     if progress:
         progress(total, total)
     if errors:
@@ -439,9 +453,28 @@ def _produce_range(producer: Any, topic: str, plan: _Plan, start: int, end: int,
 
 
 def _flush(producer: Any, timeout_s: float) -> None:
-    remaining = producer.flush(timeout_s)
+    remaining = flush_sliced(producer, timeout_s)
     if remaining:
         raise LoadError(f"{remaining} records still undelivered after {timeout_s:.0f}s")
+
+
+#: The longest a flush holds the calling thread in librdkafka.
+FLUSH_SLICE_S = 0.5
+
+
+def flush_sliced(producer: Any, timeout_s: float, slice_s: float = FLUSH_SLICE_S) -> int:
+    """``producer.flush(timeout_s)`` in slices of ``slice_s``; the records still queued.
+
+    Ctrl-C during a flush is run as Python code inside one of the producer's callbacks (the
+    loader's stats_cb comes every 200 ms), where librdkafka holds it until that flush returns,
+    and then lets it out as a SystemError. With the brokers gone (Ctrl-C stops those started in
+    the same process group: nothing left to deliver to) one flush waited out its whole timeout,
+    two minutes for a load. Between slices the interrupt comes out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = producer.flush(max(min(slice_s, deadline - time.monotonic()), 0))
+        if not remaining or time.monotonic() >= deadline:
+            return remaining
 
 
 def _batch_bytes_from_stats(producer: Any, stats: list[dict], topic: str,

@@ -6,7 +6,8 @@ the source topics, and runs until SIGTERM or SIGINT, then exits 0 after a clean 
 imported and connected, just before its loop, a mode prints ``{"event": "ready", "time": ...}``
 on stdout: the harness charges CPU and wall time from there (start-up is reported apart).
 ``fetch-only`` has no target: it reads the source to its end, prints one JSON line
-``{"event": "done", ...}`` on stdout and exits.
+``{"event": "done", ...}`` on stdout and waits to be stopped like the others (so the harness
+samples its CPU at that line, not after its teardown).
 """
 
 #: mode name -> module under shallowmirror.bench.modes ("external" is a user's command line).

@@ -12,12 +12,15 @@ The ceiling for a mirror on this source: how fast the source serves the bytes to
 - ``--fetch-impl confluent``: a confluent-kafka Consumer (decompresses, makes Message objects):
   the baseline a Python consumer sees.
 
-Stops when ``--records`` records were read, prints ``{"event": "done", "time": ..., "records":
-..., "bytes": ...}`` and exits 0.
+Stops reading when ``--records`` records were read, prints ``{"event": "done", "time": ...,
+"records": ..., "bytes": ...}`` and waits for SIGTERM/SIGINT, then exits 0: the harness samples
+the process's CPU at that line, as it does the mirrors' when the last record is on the target,
+so interpreter teardown is not charged to reading.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from shallowmirror.bench.modes import common
@@ -34,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     read = {"engine": _engine, "raw": _raw, "confluent": _confluent}[args.fetch_impl]
     records, nbytes = read(args, stop)
     common.emit("done", time=time.time(), records=records, bytes=nbytes, impl=args.fetch_impl)
+    parent = os.getppid()
+    # Until stopped; a harness that died without stopping it (SIGKILL) leaves no reader behind.
+    while not stop.wait(1.0) and os.getppid() == parent:
+        pass
     return 0
 
 

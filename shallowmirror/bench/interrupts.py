@@ -1,0 +1,66 @@
+"""Stop signals during a bench: noted, so that a run an interrupt cut short is never a result.
+
+Ctrl-C reaches the whole process group, and the embedded brokers are in it: they die with the
+harness's interrupt. The run in flight then fails for want of brokers, a moment before or after
+the ``KeyboardInterrupt`` reaches the harness's own frames, and the interrupt itself can be lost
+on its way (raised inside a confluent-kafka callback it comes out as another error, see
+``shallowmirror.cli.stop_signals``). A failed run recorded then would be the interrupt, not a
+measurement.
+
+``StopSignalLog`` wraps the Python handlers of SIGINT and SIGTERM for the length of a bench and
+notes every signal before passing it on; ``check()`` raises the interrupt again if one came,
+whatever became of its exception. Signals ignored or left to the system (a background job's
+SIGINT, SIGTERM outside the ``shallowmirror`` command) are left as they are.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType, TracebackType
+from typing import Any
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignalLog:
+    """A context manager; ``received`` is the first stop signal seen inside it (or None)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignalLog:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread may set handlers (and only it runs them)
+        for signum in _SIGNALS:
+            previous = signal.getsignal(signum)
+            if callable(previous):
+                self._previous[signum] = previous
+                signal.signal(signum, self._note)
+        return self
+
+    def __exit__(self, _type: type[BaseException] | None, _value: BaseException | None,
+                 _tb: TracebackType | None) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        self._previous[signum](signum, frame)
+
+    def interrupt(self) -> KeyboardInterrupt | None:
+        """The stop received, as the exception the command ends with (None: none came)."""
+        if self.received is None:
+            return None
+        from shallowmirror.cli.stop_signals import Terminated
+
+        return Terminated() if self.received == signal.SIGTERM else KeyboardInterrupt()
+
+    def check(self) -> None:
+        """Raise the stop received, if any."""
+        interrupt = self.interrupt()
+        if interrupt is not None:
+            raise interrupt
