@@ -268,9 +268,12 @@ def start_cluster(
     _LIVE[process.pid] = cluster
     try:
         _wait_ready(cluster)
-    except BaseException:
+    except BrokerStartError:
         cluster.owned_dir = None        # the error names the log: keep it
         cluster.stop()
+        raise
+    except BaseException:               # Ctrl-C, or the caller's own error: nothing to read
+        cluster.stop()                  # (removes the folder it made)
         raise
     log.info("embedded cluster %s up on %s (pid %d, id %s, log %s)",
              alias, cluster.bootstrap, cluster.pid, cluster_id, log_path)
