@@ -29,14 +29,19 @@ pytestmark = pytest.mark.integration
 RDKAFKA_RAW = "|FAIL|"
 
 
+def _wait_until_serving(brokers: Background) -> None:
+    """Until `shallowmirror brokers` has printed its last start-up line (it must not exit)."""
+    deadline = time.monotonic() + 60
+    while "# Stop them" not in brokers.log() and time.monotonic() < deadline:
+        assert brokers.process.poll() is None, brokers.log()
+        time.sleep(0.2)
+
+
 @pytest.mark.harness_tansu  # `brokers --kafka-home`: test_kafka_harness.py
 def test_brokers_prints_lines_that_paste_into_mm2_properties(tmp_path):
     brokers = Background("brokers", "X", "Y", log_path=tmp_path / "brokers.log")
     try:
-        deadline = time.monotonic() + 60
-        while "# Stop them" not in brokers.log() and time.monotonic() < deadline:
-            assert brokers.process.poll() is None, brokers.log()
-            time.sleep(0.2)
+        _wait_until_serving(brokers)
         printed = [line for line in brokers.log().splitlines()
                    if line.startswith(("X.", "Y.", "#"))]
         assert printed[0].startswith("X.bootstrap.servers = 127.0.0.1:"), printed
@@ -61,10 +66,7 @@ def test_brokers_says_when_a_cluster_dies(tmp_path):
     out) until Ctrl-C, or until none is left."""
     brokers = Background("brokers", "X", "Y", log_path=tmp_path / "brokers.log")
     try:
-        deadline = time.monotonic() + 60
-        while "# Stop them" not in brokers.log() and time.monotonic() < deadline:
-            assert brokers.process.poll() is None, brokers.log()
-            time.sleep(0.2)
+        _wait_until_serving(brokers)
         pids = {alias: int(pid) for alias, pid in re.findall(r"(\w) pid (\d+)", brokers.log())}
         os.kill(pids["X"], signal.SIGKILL)
         said = (f"shallowmirror brokers: cluster X (pid {pids['X']}) exited with status -9; Y "
