@@ -1,43 +1,178 @@
 """The one-call embedded API: ``mirror`` (blocking) and ``mirror_async``.
 
-Both create missing target topics first — with the source topic's partition count and
-``compression.type=producer`` (so the target broker keeps the forwarded batches as they are),
-through confluent-kafka's AdminClient — then run a ``MirrorEngine`` until stopped, caught up, or
-timed out, commit the source positions and return the final ``EngineStats``.
+Both check their arguments first (a wrong type or value raises ``TypeError``/``ValueError`` at
+the call, a bad setting ``ConfigError``), refuse a run that would copy a topic into itself (the
+same cluster as source and target, a target topic named as its source topic), then create
+missing target topics — with the source topic's partition count and ``compression.type=producer``
+(so the target broker keeps the forwarded batches as they are), through confluent-kafka's
+AdminClient — then run a ``MirrorEngine`` until stopped, caught up, or timed out, commit the
+source positions and return the final ``EngineStats``.
+
+The stop event, ``timeout_s`` and cancellation hold from the first moment: while the target
+topics are checked or created as much as while the engine runs. A stop before the engine is
+running ends the run at once with nothing mirrored and nothing raised. A cluster that does not
+answer the topic check within its ``reconnect.deadline.ms`` raises ``ConnectionFailedError``
+naming it (alias and bootstrap address), as the engine's own start-up does.
+
+Out of scope: recognising one cluster behind two different addresses (``localhost`` and
+``127.0.0.1``); only a bootstrap address given for both counts as the same cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
+import math
+import numbers
+import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from shallowmirror.engine.batch import EngineStats
 from shallowmirror.engine.discovery import TopicsSpec, topic_predicate
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper
 from shallowmirror.engine.metrics import MetricsSink
-from shallowmirror.net.config import librdkafka_connection
+from shallowmirror.errors import (
+    BrokerError,
+    ConfigError,
+    ConnectionFailedError,
+    LocatedError,
+    Where,
+)
+from shallowmirror.net.config import ClientSettings, client_settings, librdkafka_connection
+from shallowmirror.net.connection import AuthenticationFailedError
+from shallowmirror.rdkafka_logs import ClientErrors, with_log_config
 
 log = logging.getLogger(__name__)
+
+#: The longest one AdminClient call blocks before the stop event and the deadline are looked at
+#: again: how late a stop can be while target topics are checked or created.
+_POLL_S = 0.25
+#: How often ``mirror`` looks at its ``threading.Event`` (the engine's loop cannot wait on it).
+_STOP_POLL_S = 0.1
+#: librdkafka's client-level errors are a warning at most this often (the rest go to debug).
+_ERROR_LOG_INTERVAL_S = 10.0
+#: Metadata topic errors that mean "no such topic" (UNKNOWN_TOPIC_OR_PARTITION,
+#: INVALID_TOPIC_EXCEPTION); another (LEADER_NOT_AVAILABLE of a topic just created) does not.
+_NO_SUCH_TOPIC = frozenset({3, 17})
+
+
+# ---------------------------------------------------------------- target topics
+class _Admin:
+    """An AdminClient on one cluster whose calls end at ``stop`` and give up once the cluster has
+    not answered for ``timeout_s`` (``ConnectionFailedError`` naming alias and address)."""
+
+    def __init__(self, config: Mapping[str, Any], alias: str, timeout_s: float | None,
+                 stop: threading.Event) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        settings = client_settings(config, alias)
+        self.alias = alias
+        self.address = _addresses(settings)
+        self.timeout_s = settings.reconnect_deadline_ms / 1000 if timeout_s is None else timeout_s
+        self.stop = stop
+        self.errors = ClientErrors(log, f"cluster {alias} ({self.address})",
+                                   _ERROR_LOG_INTERVAL_S)
+        self.client = AdminClient(with_log_config({**librdkafka_connection(config, alias),
+                                                   "error_cb": self.errors}))
+        #: ``time.monotonic()`` of the first failed call since the last answer (None: none).
+        self._failing_since: float | None = None
+
+    def list_topics(self) -> dict[str, Any] | None:
+        """The cluster's topic metadata; None once ``stop`` is set."""
+        from confluent_kafka import KafkaException
+
+        while not self.stop.is_set():
+            began = time.monotonic()
+            try:
+                topics = self.client.list_topics(timeout=self._slice_s(began)).topics
+            except KafkaException as err:
+                self.client.poll(0)      # serves error_cb: what librdkafka said went wrong
+                self._failed(err, began)
+                # An answer that failed fast is not asked again at once.
+                self.stop.wait(max(0.0, _POLL_S - (time.monotonic() - began)))
+                continue
+            self._failing_since = None
+            return topics
+        return None
+
+    def wait(self, future: concurrent.futures.Future, what: str) -> bool:
+        """Wait for an AdminClient future (its error raised); False once ``stop`` is set."""
+        began = time.monotonic()
+        while not self.stop.is_set():
+            done, _ = concurrent.futures.wait([future], timeout=_POLL_S)
+            if done:
+                future.result()
+                return True
+            if time.monotonic() - began >= self.timeout_s:
+                raise ConnectionFailedError(
+                    f"{self.address} did not answer {what} within {self.timeout_s:.0f} s"
+                    f"{self._last_error()}", Where(cluster=self.alias))
+        return False
+
+    def _slice_s(self, now: float) -> float:
+        since = self._failing_since if self._failing_since is not None else now
+        return max(0.01, min(_POLL_S, since + self.timeout_s - now))
+
+    def _failed(self, err: Any, began: float) -> None:
+        """Raise what a failed call means once retrying cannot help (or the time is up)."""
+        from confluent_kafka import KafkaError
+
+        kerr = err.args[0] if err.args else None
+        code = kerr.code() if isinstance(kerr, KafkaError) else None
+        text = kerr.str() if isinstance(kerr, KafkaError) else str(err)
+        where = Where(cluster=self.alias)
+        if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                    KafkaError._SSL):
+            raise AuthenticationFailedError(f"{self.address}: {text}", where) from err
+        if self._failing_since is None:
+            self._failing_since = began
+        waited_s = time.monotonic() - self._failing_since
+        if waited_s >= self.timeout_s:
+            raise ConnectionFailedError(
+                f"cannot reach {self.address}: gave up after {waited_s:.0f} s "
+                f"(reconnect.deadline.ms={self.timeout_s * 1000:.0f}){self._last_error(text)}",
+                where) from err
+
+    def _last_error(self, fallback: str | None = None) -> str:
+        text = self.errors.last_error or fallback
+        return f"; last error: {text}" if text else ""
+
+
+def _addresses(settings: ClientSettings) -> str:
+    return ",".join(f"{h}:{p}" for h, p in settings.bootstrap_servers)
 
 
 def ensure_target_topics(source_config: Mapping[str, Any], target_config: Mapping[str, Any],
                          topics: TopicsSpec, topic_mapper: Callable[[str], str],
-                         timeout_s: float = 30.0, *, source_alias: str = "source",
-                         target_alias: str = "target") -> list[str]:
+                         timeout_s: float | None = 30.0, *, source_alias: str = "source",
+                         target_alias: str = "target",
+                         stop: threading.Event | None = None) -> list[str]:
     """Create every mapped target topic that does not exist yet (source partition count,
-    ``compression.type=producer``); return the names created."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    ``compression.type=producer``); return the names created.
 
-    src = AdminClient(librdkafka_connection(source_config, source_alias))
-    dst = AdminClient(librdkafka_connection(target_config, target_alias))
+    A cluster that does not answer for ``timeout_s`` (None: its ``reconnect.deadline.ms``)
+    raises ``ConnectionFailedError`` naming its alias and bootstrap address; a topic the target
+    refuses raises ``BrokerError`` naming it. ``stop`` set ends the call within a fraction of a
+    second, returning what was created until then. librdkafka's own log lines go through Python
+    logging (the ``librdkafka`` logger), its client errors are warnings naming the cluster."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    stop = stop or threading.Event()
     wanted, _names = topic_predicate(topics)
-    src_topics = src.list_topics(timeout=timeout_s).topics
-    existing = set(dst.list_topics(timeout=timeout_s).topics)
+    src = _Admin(source_config, source_alias, timeout_s, stop)
+    src_topics = src.list_topics()
+    if src_topics is None:
+        return []
+    dst = _Admin(target_config, target_alias, timeout_s, stop)
+    existing = dst.list_topics()
+    if existing is None:
+        return []
     new = []
     for name, meta in sorted(src_topics.items()):
         if name.startswith("__") or meta.error is not None or not wanted(name):
@@ -46,24 +181,164 @@ def ensure_target_topics(source_config: Mapping[str, Any], target_config: Mappin
         if target not in existing:
             new.append(NewTopic(target, len(meta.partitions), -1,
                                 config={"compression.type": "producer"}))
-    if new:
-        for name, future in dst.create_topics(new, operation_timeout=timeout_s).items():
-            try:
-                future.result(timeout_s)
-            except Exception as err:  # noqa: BLE001 - a concurrent creator is fine
-                if "exist" not in str(err).lower():
-                    raise
-            log.info("created target topic %s", name)
-        deadline = time.monotonic() + timeout_s
-        names = {t.topic for t in new}
-        while time.monotonic() < deadline:
-            md = dst.list_topics(timeout=timeout_s).topics
-            if all(n in md and md[n].error is None and md[n].partitions for n in names):
-                break
-            time.sleep(0.1)
-    return [t.topic for t in new]
+    created: list[str] = []
+    if not new:
+        return created
+    request_s = max(1.0, dst.timeout_s)
+    futures = dst.client.create_topics(new, operation_timeout=request_s,
+                                       request_timeout=request_s)
+    for name, future in futures.items():
+        try:
+            if not dst.wait(future, f"the creation of topic {name}"):
+                return created
+        except KafkaException as err:
+            if "exist" in str(err).lower():        # a concurrent creator is fine
+                continue
+            kerr = err.args[0] if err.args else None
+            code = kerr.code() if hasattr(kerr, "code") else -1
+            where = Where(cluster=target_alias, topic=name)
+            if code > 0:
+                raise BrokerError(code, where, f"cannot create the target topic: {kerr.str()}") \
+                    from err
+            raise LocatedError(f"cannot create the target topic: {err}", where) from err
+        created.append(name)
+        log.info("created target topic %s on cluster %s", name, target_alias)
+    # Created is not yet served everywhere: wait (bounded) until the metadata shows them.
+    deadline = time.monotonic() + dst.timeout_s
+    names = set(created)
+    while names and time.monotonic() < deadline:
+        md = dst.list_topics()
+        if md is None or all(n in md and md[n].error is None and md[n].partitions
+                             for n in names):
+            break
+        stop.wait(0.1)
+    return created
 
 
+async def _create_target_topics(source_config: Mapping[str, Any],
+                                target_config: Mapping[str, Any], topics: TopicsSpec,
+                                topic_mapper: Callable[[str], str], stop: asyncio.Event,
+                                deadline: float | None, *, source_alias: str,
+                                target_alias: str) -> bool:
+    """``ensure_target_topics`` on a worker thread, for as long as neither ``stop`` nor the
+    run's ``deadline`` (loop time) comes: True once done, False when one of them came first.
+    Cancelled, it ends the thread before it returns: nothing of the run outlives it."""
+    loop = asyncio.get_running_loop()
+    halt = threading.Event()
+    creating = loop.run_in_executor(None, functools.partial(
+        ensure_target_topics, source_config, target_config, topics, topic_mapper, None,
+        source_alias=source_alias, target_alias=target_alias, stop=halt))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        timeout_s = None if deadline is None else max(0.0, deadline - loop.time())
+        await asyncio.wait({creating, stopped}, timeout=timeout_s,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not creating.done():
+            halt.set()                   # the thread looks at it every _POLL_S at least
+            await asyncio.wait({creating})
+    if halt.is_set():
+        if not creating.cancelled():
+            creating.exception()         # what it raised once told to stop does not matter
+        log.info("cluster %s -> %s: %s while checking the target topics; nothing was "
+                 "mirrored", source_alias, target_alias,
+                 "stopped" if stop.is_set() else "timeout_s passed")
+        return False
+    creating.result()
+    return True
+
+
+# ---------------------------------------------------------------- arguments
+def _check_arguments(call: str, source_config: Any, target_config: Any, topics: Any,
+                     topic_mapper: Any, stop: Any, stop_type: type, timeout_s: Any) -> None:
+    """``TypeError``/``ValueError`` for an argument of the wrong kind, at the call: the same
+    mistake found deep inside the engine (or never) said much less."""
+    for name, config in (("source_config", source_config), ("target_config", target_config)):
+        if not isinstance(config, Mapping):
+            raise TypeError(f"{call}(): {name} must be a mapping of client settings such as "
+                            f"{{'bootstrap.servers': 'host:9092'}}, not "
+                            f"{type(config).__name__} {config!r}")
+    if isinstance(topics, str):
+        try:
+            re.compile(topics)
+        except re.error as err:
+            raise ValueError(f"{call}(): topics {topics!r} is not a valid regular expression: "
+                             f"{err}") from err
+    elif not callable(topics):
+        if isinstance(topics, bytes | Mapping) or not isinstance(topics, Collection):
+            raise TypeError(f"{call}(): topics must be a list of topic names, a regex (str) or "
+                            f"a predicate, not {type(topics).__name__} {topics!r}")
+        bad = [t for t in topics if not isinstance(t, str) or not t]
+        if bad:
+            raise TypeError(f"{call}(): topics must be non-empty topic names (str); got {bad!r}")
+        if not topics:
+            raise ValueError(f"{call}(): topics is empty: nothing to mirror")
+    if not callable(topic_mapper):
+        raise TypeError(f"{call}(): topic_mapper must be a function from source to target topic "
+                        f"name, not {type(topic_mapper).__name__} {topic_mapper!r}")
+    if stop is not None and not isinstance(stop, stop_type):
+        wanted, other, other_call = (("a threading.Event", "asyncio.Event", "mirror_async")
+                                     if stop_type is threading.Event else
+                                     ("an asyncio.Event", "threading.Event", "mirror"))
+        hint = f" ({other} is for {other_call}())" if type(stop).__name__ == "Event" else ""
+        raise TypeError(f"{call}(): stop must be {wanted} or None, not "
+                        f"{type(stop).__module__}.{type(stop).__qualname__} {stop!r}{hint}")
+    if timeout_s is not None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
+            raise TypeError(f"{call}(): timeout_s must be a number of seconds or None, not "
+                            f"{type(timeout_s).__name__} {timeout_s!r}")
+        if math.isnan(timeout_s) or timeout_s < 0:
+            raise ValueError(f"{call}(): timeout_s must be >= 0 seconds, not {timeout_s!r}")
+
+
+def _same_cluster(source: ClientSettings, target: ClientSettings) -> str | None:
+    """A bootstrap address given for both clusters (None: none is)."""
+    dst = {(host.lower(), port) for host, port in target.bootstrap_servers}
+    for host, port in source.bootstrap_servers:
+        if (host.lower(), port) in dst:
+            return f"{host}:{port}"
+    return None
+
+
+def _refuse_self_loop(source: ClientSettings, target: ClientSettings, topics: TopicsSpec,
+                      topic_mapper: Callable[[str], str], call: str) -> TopicsSpec:
+    """Refuse a run that would copy a topic into itself: source and target are one cluster and
+    a target topic is named as its source topic. Names known up front (a list, or the identity
+    mapper) are refused at once; a regex or predicate on one cluster is returned narrowed to
+    the topics whose target is another topic (each one left out is warned about once)."""
+    address = _same_cluster(source, target)
+    if address is None:
+        return topics
+    if topic_mapper is identity_mapper:
+        raise ValueError(f"{call}(): source and target are the same cluster ({address}) and "
+                         "topic_mapper keeps the topic name: every topic would be copied into "
+                         "itself; give a topic_mapper such as prefix_mapper('source')")
+    if not callable(topics) and not isinstance(topics, str):
+        looping = sorted(t for t in topics if topic_mapper(t) == t)
+        if looping:
+            raise ValueError(f"{call}(): source and target are the same cluster ({address}) "
+                             f"and topic_mapper maps {', '.join(looping)} to itself: it would "
+                             "be copied into itself")
+        return topics
+    wanted, _names = topic_predicate(topics)
+    warned: set[str] = set()
+
+    def not_into_itself(name: str) -> bool:
+        if not wanted(name):
+            return False
+        if topic_mapper(name) != name:
+            return True
+        if name not in warned:
+            warned.add(name)
+            log.warning("topic %s is not mirrored: source and target are the same cluster (%s) "
+                        "and topic_mapper maps it to itself", name, address)
+        return False
+
+    return not_into_itself
+
+
+# ---------------------------------------------------------------- the run
 async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[str, Any],
                        topics: Sequence[str] | str | Callable[[str], bool], *,
                        topic_mapper: Callable[[str], str] = identity_mapper,
@@ -76,23 +351,56 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
     committed position reaches the source high watermark, or ``timeout_s`` passes.
 
     ``settings`` are engine keys with dots written as underscores or as given
-    (``fetch_max_bytes=...`` or ``**{"fetch.max.bytes": ...}``)."""
+    (``fetch_max_bytes=...`` or ``**{"fetch.max.bytes": ...}``). With ``until_caught_up``, no
+    source topic matching ``topics`` raises ``ConfigError`` (the run could never be caught
+    up); without it the run waits for one to appear."""
+    _check_arguments("mirror_async", source_config, target_config, topics, topic_mapper, stop,
+                     asyncio.Event, timeout_s)
+    return await _mirror("mirror_async", source_config, target_config, topics,
+                         topic_mapper=topic_mapper, stop=stop, until_caught_up=until_caught_up,
+                         timeout_s=timeout_s, create_topics=create_topics,
+                         metrics_sink=metrics_sink, source_alias=source_alias,
+                         target_alias=target_alias, settings=settings)
+
+
+async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Mapping[str, Any],
+                  topics: TopicsSpec, *, topic_mapper: Callable[[str], str],
+                  stop: asyncio.Event | None, until_caught_up: bool, timeout_s: float | None,
+                  create_topics: bool, metrics_sink: MetricsSink | None, source_alias: str,
+                  target_alias: str, settings: Mapping[str, Any]) -> EngineStats:
+    """``mirror_async`` once its arguments are checked (``call``: the public function)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
     engine_settings = {k.replace("_", "."): v for k, v in settings.items()}
-    if create_topics:
-        await asyncio.get_running_loop().run_in_executor(None, functools.partial(
-            ensure_target_topics, source_config, target_config, topics, topic_mapper,
-            source_alias=source_alias, target_alias=target_alias))
+    asked = topics
+    topics = _refuse_self_loop(client_settings(source_config, source_alias),
+                               client_settings(target_config, target_alias), topics,
+                               topic_mapper, call)
+    # Made first: it checks every setting before anything connects.
     engine = MirrorEngine(source_config, target_config, topics=topics, topic_mapper=topic_mapper,
                           source_alias=source_alias, target_alias=target_alias,
                           settings=engine_settings, metrics_sink=metrics_sink)
     own_stop = stop or asyncio.Event()
+    if create_topics:
+        try:
+            created = await _create_target_topics(
+                source_config, target_config, topics, topic_mapper, own_stop, deadline,
+                source_alias=source_alias, target_alias=target_alias)
+        except BaseException:
+            engine.metrics.close()       # run() never will: its metrics file is closed here
+            raise
+        if not created:
+            engine.metrics.close()
+            return engine.stats()
     task = asyncio.create_task(engine.run(own_stop))
-    # Whichever comes first ends the run: the engine ends (its error), stop, caught up, timeout.
+    # Whichever comes first ends the run: the engine ends (its error), stop, caught up (or
+    # nothing to mirror), timeout.
     watchers = {asyncio.ensure_future(own_stop.wait())}
     if until_caught_up:
-        watchers.add(asyncio.ensure_future(_caught_up(engine)))
+        watchers.add(asyncio.ensure_future(_caught_up(engine, topics, asked)))
     try:
-        await asyncio.wait({task, *watchers}, timeout=timeout_s,
+        await asyncio.wait({task, *watchers},
+                           timeout=None if deadline is None else max(0.0, deadline - loop.time()),
                            return_when=asyncio.FIRST_COMPLETED)
     finally:
         own_stop.set()
@@ -100,15 +408,42 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
             watcher.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)   # run's error is task's
         await task
+    for watcher in watchers:             # nothing to mirror (the engine's own errors: above)
+        if not watcher.cancelled() and watcher.exception() is not None:
+            raise watcher.exception()
     return engine.stats()
 
 
-async def _caught_up(engine: MirrorEngine) -> None:
-    """Return once the engine is ready and every owned partition is caught up."""
+async def _caught_up(engine: MirrorEngine, topics: TopicsSpec, asked: TopicsSpec) -> None:
+    """Return once the engine is ready and every owned partition is caught up; raise
+    ``ConfigError`` when no source topic matches ``topics`` (it never would be)."""
     since = time.monotonic()         # what is on the source now is mirrored before stopping
     await engine.runtime.progress.wait_until(lambda: engine.ready)
+    await _something_to_mirror(engine, topics, asked)
     while not await engine.wait_caught_up(3600, since=since):
         pass
+
+
+async def _something_to_mirror(engine: MirrorEngine, topics: TopicsSpec,
+                               asked: TopicsSpec) -> None:
+    """Raise ``ConfigError`` when no topic of the source cluster matches ``topics`` (what the
+    caller ``asked`` for, less the topics a same-cluster run leaves out)."""
+    assert engine.source is not None
+    wanted, names = topic_predicate(topics)
+    while True:
+        try:
+            meta = await engine.source.refresh_metadata(names)
+            break
+        except ConnectionFailedError:
+            await asyncio.sleep(1.0)     # the source went away meanwhile: the engine says so
+    if any(tm.error_code not in _NO_SUCH_TOPIC and not tm.is_internal
+           and not name.startswith("__") and wanted(name) for name, tm in meta.topics.items()):
+        return
+    shown = asked if isinstance(asked, str) else "(a predicate)" if callable(asked) else \
+        list(asked)
+    raise ConfigError(f"no topic on cluster {engine.source_alias} "
+                      f"({_addresses(engine.source.settings)}) matches topics={shown!r}: "
+                      "nothing to mirror, so the run could never be caught up")
 
 
 def mirror(source_config: Mapping[str, Any], target_config: Mapping[str, Any],
@@ -116,21 +451,32 @@ def mirror(source_config: Mapping[str, Any], target_config: Mapping[str, Any],
            topic_mapper: Callable[[str], str] = identity_mapper,
            stop: threading.Event | None = None, until_caught_up: bool = False,
            timeout_s: float | None = None, **settings: Any) -> EngineStats:
-    """Blocking ``mirror_async``: runs its own event loop; ``stop`` is a ``threading.Event``."""
+    """Blocking ``mirror_async``: runs its own event loop; ``stop`` is a ``threading.Event``.
+    ``mirror_async``'s other keywords (``create_topics``, ``metrics_sink``, the aliases) are
+    taken too."""
+    _check_arguments("mirror", source_config, target_config, topics, topic_mapper, stop,
+                     threading.Event, timeout_s)
+    options = {"create_topics": True, "metrics_sink": None, "source_alias": "source",
+               "target_alias": "target"}
+    options.update((key, settings.pop(key)) for key in list(options) if key in settings)
 
     async def main() -> EngineStats:
         astop = asyncio.Event()
-        if stop is not None:
-            loop = asyncio.get_running_loop()
-
-            def watch() -> None:
-                stop.wait()
-                loop.call_soon_threadsafe(astop.set)
-
-            threading.Thread(target=watch, daemon=True).start()
-        return await mirror_async(source_config, target_config, topics,
-                                  topic_mapper=topic_mapper, stop=astop,
-                                  until_caught_up=until_caught_up, timeout_s=timeout_s,
-                                  **settings)
+        watch = asyncio.ensure_future(_watch(stop, astop)) if stop is not None else None
+        try:
+            return await _mirror("mirror", source_config, target_config, topics,
+                                 topic_mapper=topic_mapper, stop=astop,
+                                 until_caught_up=until_caught_up, timeout_s=timeout_s,
+                                 settings=settings, **options)
+        finally:
+            if watch is not None:
+                watch.cancel()
 
     return asyncio.run(main())
+
+
+async def _watch(stop: threading.Event, astop: asyncio.Event) -> None:
+    """Set ``astop`` once ``stop`` is set (looked at every ``_STOP_POLL_S``)."""
+    while not stop.is_set():
+        await asyncio.sleep(_STOP_POLL_S)
+    astop.set()

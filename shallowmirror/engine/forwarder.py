@@ -4,6 +4,9 @@ goes (``forward``) or that it goes nowhere (``drop``).
 Every fetched batch must be forwarded or dropped: the committed source position only moves past
 a batch once it is acknowledged by the target or dropped, and the byte budget only frees its
 fetch frame then (a program that keeps batches stalls fetching — that is the back-pressure).
+Each batch is decided once: a second ``forward``/``drop`` of it, a partition that is not an
+``int`` >= 0 or a topic that is not a legal name raise ``ValueError``/``TypeError`` at the call,
+never inside the engine. A start cancelled or interrupted stops everything it started.
 ``forward`` returns an awaitable resolving to the target base offset and takes an optional
 callback ``fn(batch, target_base_offset, error)``; plain (non-asyncio) code uses
 ``SyncBatchForwarder``, which runs a ``BatchForwarder`` on a private event loop in a background
@@ -28,8 +31,12 @@ Example (plain code)::
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
+import functools
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -46,6 +53,55 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 AckCallback = Callable[[FetchedBatch, "int | None", "BaseException | None"], None]
+
+#: What Kafka accepts as a topic name.
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+#: How long closing waits for the forwarder thread's last tasks to end once cancelled.
+_CANCEL_WAIT_S = 10.0
+
+
+@functools.lru_cache(maxsize=1024)
+def _legal_topic(name: str) -> bool:
+    """A name Kafka accepts for a topic (asked once per name: forward() asks it per batch)."""
+    return _LEGAL_TOPIC.fullmatch(name) is not None and name not in (".", "..")
+
+
+def check_destination(batch: object, topic: object, partition: object,
+                      callback: object = None) -> None:
+    """``TypeError``/``ValueError`` at the call for a forward the engine cannot carry out: not a
+    batch, a topic that is not a legal name, a partition that is not an int >= 0."""
+    if not isinstance(batch, FetchedBatch):
+        raise TypeError(f"forward(): expected a FetchedBatch handed out by the forwarder, not "
+                        f"{type(batch).__name__} {batch!r}")
+    if not isinstance(topic, str):
+        raise TypeError(f"forward(): the target topic must be a str, not "
+                        f"{type(topic).__name__} {topic!r}")
+    if not _legal_topic(topic):
+        raise ValueError(f"forward(): {topic!r} is not a legal Kafka topic name (1-249 of "
+                         "a-z A-Z 0-9 . _ -)")
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise TypeError(f"forward(): the target partition must be an int, not "
+                        f"{type(partition).__name__} {partition!r}")
+    if partition < 0:
+        raise ValueError(f"forward(): the target partition must be >= 0, not {partition}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"forward(): the callback must be callable, not "
+                        f"{type(callback).__name__} {callback!r}")
+
+
+def check_undecided(batch: object, action: str) -> None:
+    """``ValueError`` when ``batch`` was already forwarded or dropped: each batch is decided
+    once (a second decision used to break the engine's bookkeeping for its partition)."""
+    if not isinstance(batch, FetchedBatch):
+        raise TypeError(f"{action}(): expected a FetchedBatch handed out by the forwarder, not "
+                        f"{type(batch).__name__} {batch!r}")
+    if batch.target_topic is not None:
+        raise ValueError(f"{action}(): {batch!r} was already forwarded (to "
+                         f"{batch.target_topic}-{batch.target_partition}); each batch is "
+                         "forwarded or dropped once")
+    if batch.done:
+        raise ValueError(f"{action}(): {batch!r} was already dropped; each batch is forwarded "
+                         "or dropped once")
 
 
 class BatchForwarder(EngineCore):
@@ -67,12 +123,24 @@ class BatchForwarder(EngineCore):
                          membership_factory=membership_factory)
         self._stop = asyncio.Event()
         self._runner: asyncio.Task | None = None
+        #: Batches taken off the queue by a wait that was cancelled before handing them out:
+        #: handed out first by the next wait, in the queue's order.
+        self._held: collections.deque[FetchedBatch] = collections.deque()
 
     # ---- lifecycle ----
     async def start(self) -> None:
-        self._runner = asyncio.create_task(self.run(self._stop))
+        """Connect, join, start fetching; returns once ready. A ``stop()`` meanwhile ends it at
+        once, nothing raised; a start-up error is raised. Cancelled (a timeout around it,
+        Ctrl-C), it stops what it started before the cancellation goes on."""
+        if self._runner is None:
+            self._runner = asyncio.create_task(self.run(self._stop))
         ready = asyncio.ensure_future(self.runtime.progress.wait_until(lambda: self.ready))
-        await asyncio.wait({ready, self._runner}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({ready, self._runner}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            ready.cancel()
+            await self._end_run()
+            raise
         if not ready.done():             # run() ended before the engine was ready: its error
             ready.cancel()
             await self._runner
@@ -80,10 +148,25 @@ class BatchForwarder(EngineCore):
     async def stop(self) -> None:
         """Stop fetching, wait for forwarded batches, commit, close."""
         self._stop.set()
-        while not self._fetched.empty():       # never handed out: drop (not committed past)
-            self._fetched.get_nowait().release()
+        self._release_unhanded()
         if self._runner is not None:
             await self._runner
+
+    def _release_unhanded(self) -> None:
+        """Batches fetched but never handed out: dropped, not committed past."""
+        while self._held:
+            self._held.popleft().release()
+        while not self._fetched.empty():
+            self._fetched.get_nowait().release()
+
+    async def _end_run(self) -> None:
+        """Stop the engine and wait for ``run`` to end, its error dropped: the caller is leaving
+        with another exception (a cancellation) already."""
+        self._stop.set()
+        self._release_unhanded()
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                await self._runner
 
     async def __aenter__(self) -> BatchForwarder:
         await self.start()
@@ -97,25 +180,48 @@ class BatchForwarder(EngineCore):
         return self
 
     async def __anext__(self) -> FetchedBatch:
-        getter = asyncio.ensure_future(self._fetched.get())
-        assert self._runner is not None, "start() the forwarder first"
-        done, _ = await asyncio.wait({getter, self._runner}, return_when=asyncio.FIRST_COMPLETED)
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        await self._runner
-        raise StopAsyncIteration
+        batch = await self.next_batch()
+        if batch is None:
+            raise StopAsyncIteration
+        return batch
 
     async def next_batch(self, timeout_s: float | None = None) -> FetchedBatch | None:
-        try:
-            return await asyncio.wait_for(self._fetched.get(), timeout_s)
-        except asyncio.TimeoutError:
-            return None
+        """The next fetched batch; None after ``timeout_s`` without one, or once the forwarder
+        has stopped (a fatal engine error is raised). Cancelled, it loses no batch."""
+        if self._held:
+            return self._held.popleft()
+        if not self._fetched.empty():
+            return self._fetched.get_nowait()
+        runner = self._runner
+        if runner is None:
+            raise RuntimeError("start() the forwarder first")
+        if not runner.done():
+            getter = asyncio.ensure_future(self._fetched.get())
+            try:
+                await asyncio.wait({getter, runner}, timeout=timeout_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                if getter.done() and not getter.cancelled():
+                    self._held.appendleft(getter.result())   # taken, never handed out
+                else:
+                    getter.cancel()
+                raise
+            if getter.done():
+                return getter.result()
+            getter.cancel()
+            if not runner.done():
+                return None              # timed out
+        await runner                     # stopped: its error, if it ended with one
+        return None
 
     def forward(self, batch: FetchedBatch, topic: str, partition: int,
                 callback: AckCallback | None = None) -> asyncio.Future:
         """Send ``batch`` unchanged to ``topic``/``partition`` on the target; the future resolves
-        to the target base offset (None if the target did not say) or raises the error."""
+        to the target base offset (None if the target did not say) or raises the error.
+        ``TypeError``/``ValueError`` at the call: not a batch, not a legal topic name or
+        partition, a batch already forwarded or dropped."""
+        check_destination(batch, topic, partition, callback)
+        check_undecided(batch, "forward")
         future = batch.future()
         if callback is not None:
             batch.add_done_callback(callback)
@@ -123,7 +229,9 @@ class BatchForwarder(EngineCore):
         return future
 
     def drop(self, batch: FetchedBatch) -> None:
-        """Do not forward ``batch``; its offsets count as done."""
+        """Do not forward ``batch``; its offsets count as done. ``ValueError`` for a batch
+        already forwarded or dropped."""
+        check_undecided(batch, "drop")
         self.batch_dropped(batch)
 
 
@@ -148,9 +256,15 @@ class SyncBatchForwarder:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="shallowmirror-forwarder")
-        self._thread.start()
         self._started = False
         self._closed = False
+        #: Held by ``close`` (and a failed start's clean-up): one of them stops the thread.
+        self._closing = threading.RLock()
+        #: Batches forwarded or dropped by the program whose decision has not reached the
+        #: forwarder's loop yet (then the batch itself says it): each is decided once.
+        self._claimed: dict[FetchedBatch, str] = {}
+        self._claim_lock = threading.Lock()
+        self._thread.start()
 
         async def make() -> BatchForwarder:
             return BatchForwarder(source_config, target_config, topics=topics,
@@ -166,36 +280,97 @@ class SyncBatchForwarder:
 
     # ---- plumbing ----
     def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
-        """Run ``coro`` on the forwarder's loop and wait for its result."""
+        """Run ``coro`` on the forwarder's loop and wait for its result. Interrupted (Ctrl-C) or
+        timed out, the coroutine is cancelled; a forwarder closed meanwhile by another thread
+        raises ``RuntimeError`` instead of leaving the caller waiting for ever."""
         if self._closed:
             coro.close()
             raise RuntimeError("the forwarder is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            while True:
+                wait_s = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+                try:
+                    return future.result(max(0.0, wait_s))
+                except concurrent.futures.TimeoutError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+                    if not self._thread.is_alive():
+                        raise RuntimeError("the forwarder is closed") from None
+        except BaseException:
+            future.cancel()
+            raise
 
     def _stop_thread(self) -> None:
-        self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        """Cancel what still runs on the forwarder's loop (a caller waiting on it in another
+        thread gets ``CancelledError``, not a wait for ever), then stop the loop and its thread."""
+        with self._closing:
+            if self._closed and not self._thread.is_alive():
+                return
+            self._closed = True
+
+            async def cancel_the_rest() -> None:
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            try:
+                if self._thread.is_alive():
+                    with contextlib.suppress(Exception):
+                        asyncio.run_coroutine_threadsafe(cancel_the_rest(), self._loop).result(
+                            _CANCEL_WAIT_S)
+            finally:
+                if self._thread.is_alive():
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                    self._thread.join()
+                self._loop.close()
 
     # ---- lifecycle ----
     def start(self) -> SyncBatchForwarder:
-        """Connect, join, and start fetching (idempotent); returns self."""
-        if not self._started:
+        """Connect, join, and start fetching (idempotent); returns self.
+
+        ``close()`` from another thread meanwhile ends it at once (it returns; the forwarder is
+        closed, nothing raised). A start-up error, or an interruption (``KeyboardInterrupt``),
+        closes the forwarder (engine and thread) before it is raised."""
+        if self._started:
+            return self
+        if self._closed:
+            raise RuntimeError("the forwarder is closed")
+        try:
             self._run(self.forwarder.start())
-            self._started = True
+        except BaseException as err:
+            if self._closed and isinstance(err, concurrent.futures.CancelledError | RuntimeError):
+                return self              # closed by another thread while it was starting
+            self._abandon()
+            raise
+        self._started = True
         return self
 
+    def _abandon(self) -> None:
+        """After a failed or interrupted start: end the engine (it may still be starting) and
+        the thread, their errors dropped (the caller raises its own)."""
+        with self._closing:
+            if self._closed:
+                return
+            try:
+                with contextlib.suppress(Exception):
+                    self._run(self.forwarder._end_run())
+            finally:
+                self._stop_thread()
+
     def close(self) -> None:
-        """Stop fetching, wait for forwarded batches, commit, stop the thread (idempotent).
-        Re-raises a fatal engine error."""
-        if self._closed:
-            return
-        try:
-            if self._started:
+        """Stop fetching, wait for forwarded batches, commit, stop the thread (idempotent; from
+        any thread but the forwarder's, also while ``start()`` waits for a cluster, which it
+        ends). Re-raises a fatal engine error."""
+        with self._closing:
+            if self._closed:
+                return
+            try:
                 self._run(self.forwarder.stop())
-        finally:
-            self._stop_thread()
+            finally:
+                self._stop_thread()
 
     def __enter__(self) -> SyncBatchForwarder:
         return self.start()
@@ -215,23 +390,29 @@ class SyncBatchForwarder:
     def next_batch(self, timeout_s: float | None = None) -> FetchedBatch | None:
         """The next fetched batch; None after ``timeout_s`` without one, or once stopped."""
         self.start()
+        return self._run(self.forwarder.next_batch(timeout_s))
 
-        async def next_or_none() -> FetchedBatch | None:
-            fwd = self.forwarder
-            if timeout_s is not None:
-                return await fwd.next_batch(timeout_s)
-            try:
-                return await fwd.__anext__()
-            except StopAsyncIteration:
-                return None
-
-        return self._run(next_or_none())
+    def _claim(self, batch: FetchedBatch, action: str) -> None:
+        """Record the program's decision on ``batch`` (``ValueError``: it was decided before)."""
+        if self._closed:
+            raise RuntimeError("the forwarder is closed")
+        with self._claim_lock:
+            check_undecided(batch, action)
+            before = self._claimed.get(batch)
+            if before is not None:
+                raise ValueError(f"{action}(): {batch!r} was already {before}; each batch is "
+                                 "forwarded or dropped once")
+            self._claimed[batch] = "forwarded" if action == "forward" else "dropped"
 
     def forward(self, batch: FetchedBatch, topic: str, partition: int,
                 on_ack: AckCallback | None = None) -> concurrent.futures.Future:
         """Send ``batch`` unchanged to ``topic``/``partition`` on the target (does not block).
         The future resolves to the target base offset (None: the target did not say) or raises
-        the error that stopped the batch's source partition."""
+        the error that stopped the batch's source partition. ``TypeError``/``ValueError`` at the
+        call: not a batch, not a legal topic name or partition, a batch already forwarded or
+        dropped."""
+        check_destination(batch, topic, partition, on_ack)
+        self._claim(batch, "forward")
         result: concurrent.futures.Future = concurrent.futures.Future()
 
         def acked(b: FetchedBatch, target_base: int | None, error: BaseException | None) -> None:
@@ -253,13 +434,24 @@ class SyncBatchForwarder:
             except BaseException as err:  # noqa: BLE001 - handed to the caller's future
                 if not result.done():
                     result.set_exception(err)
+            finally:
+                self._claimed.pop(batch, None)   # the batch says it from now on
 
         self._loop.call_soon_threadsafe(on_loop)
         return result
 
     def drop(self, batch: FetchedBatch) -> None:
-        """Do not forward ``batch``; its offsets count as done (does not block)."""
-        self._loop.call_soon_threadsafe(self.forwarder.drop, batch)
+        """Do not forward ``batch``; its offsets count as done (does not block). ``ValueError``
+        for a batch already forwarded or dropped."""
+        self._claim(batch, "drop")
+
+        def on_loop() -> None:
+            try:
+                self.forwarder.batch_dropped(batch)
+            finally:
+                self._claimed.pop(batch, None)
+
+        self._loop.call_soon_threadsafe(on_loop)
 
     # ---- queries ----
     def stats(self) -> EngineStats:

@@ -1,0 +1,216 @@
+"""The forwarders (``BatchForwarder``, ``SyncBatchForwarder``) against real brokers, at the edges
+of their life: a start cancelled or interrupted stops everything it started; ``close()`` from
+another thread ends a ``start()`` waiting for a cluster; a cancelled wait for a batch leaves no
+task behind and loses no batch; and forwarding misuse (a batch decided twice, a partition given
+as a str, no topic) raises at the call while the engine goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from engine_support import create_target, group, load_topic
+
+from shallowmirror.engine import BatchForwarder, FetchedBatch, SyncBatchForwarder
+from shallowmirror.testing.embedded import free_port
+from shallowmirror.testing.topics import assert_same_records, read_topic
+
+pytestmark = pytest.mark.integration
+
+FAST = {"partition.assignment": "all", "fetch.max.wait.ms": 100}
+#: Far less than what start-up waits for an unreachable cluster (reconnect.deadline.ms, 120 s).
+PROMPT_S = 10.0
+
+
+def _nowhere() -> dict[str, str]:
+    return {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
+
+
+def _other_tasks() -> list[str]:
+    return sorted(t.get_coro().__qualname__ for t in asyncio.all_tasks()
+                  if t is not asyncio.current_task() and not t.done())
+
+
+def test_cancelled_async_start_stops_everything_it_started(target_cluster):
+    async def scenario() -> list[str]:
+        fwd = BatchForwarder(_nowhere(), target_cluster.client_config(), topics=["orders"],
+                             settings={**FAST, "group.id": group()})
+        starting = asyncio.create_task(fwd.start())
+        await asyncio.sleep(1.0)             # start-up is retrying the source by now
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        await asyncio.sleep(0.2)             # what was cancelled last has run its last step
+        return _other_tasks()
+
+    assert asyncio.run(scenario()) == []
+
+
+def test_cancelled_wait_for_a_batch_leaves_no_getter_and_loses_no_batch(
+        source_cluster, target_cluster, unique_topic):
+    topic = unique_topic("getter")
+    create_target(source_cluster, topic, 1)             # empty: the wait below waits
+
+    async def scenario() -> tuple[list[str], FetchedBatch | None]:
+        async with BatchForwarder(source_cluster.client_config(),
+                                  target_cluster.client_config(), topics=[topic],
+                                  settings={**FAST, "group.id": group()}) as fwd:
+            waiting = asyncio.create_task(anext(aiter(fwd)))
+            await asyncio.sleep(0.5)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await asyncio.sleep(0)
+            getters = [name for name in _other_tasks() if name == "Queue.get"]
+            await asyncio.to_thread(load_topic, source_cluster, topic, 200, partitions=1,
+                                    create_topic=False)
+            batch = await fwd.next_batch(timeout_s=30)
+            if batch is not None:
+                fwd.drop(batch)
+        return getters, batch
+
+    getters, batch = asyncio.run(scenario())
+    assert getters == []
+    assert batch is not None and batch.source_base == 0     # the first batch, not the second
+
+
+def test_close_from_another_thread_ends_a_start_waiting_for_a_cluster(target_cluster):
+    fwd = SyncBatchForwarder(_nowhere(), target_cluster.client_config(), topics=["orders"],
+                             settings={**FAST, "group.id": group()})
+    outcome: list[object] = []
+
+    def start() -> None:
+        try:
+            outcome.append(fwd.start())
+        except BaseException as err:  # noqa: BLE001 - what the test looks at
+            outcome.append(err)
+
+    starter = threading.Thread(target=start, daemon=True)
+    starter.start()
+    time.sleep(1.0)                           # start() is retrying the source by now
+    closed_at = time.monotonic()
+    fwd.close()
+    starter.join(PROMPT_S)
+    assert not starter.is_alive(), "start() did not end once the forwarder was closed"
+    assert time.monotonic() - closed_at < PROMPT_S
+    assert outcome == [fwd]                   # a stop during start-up: nothing raised
+    assert not fwd._thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        fwd.next_batch(timeout_s=0.1)
+    fwd.close()
+
+
+def test_interrupted_sync_start_leaves_no_thread_running(target_cluster):
+    """Ctrl-C (SIGINT) while ``with SyncBatchForwarder(...)`` waits for an unreachable source:
+    the KeyboardInterrupt reaches the program, and the forwarder's thread is gone with it."""
+    script = textwrap.dedent("""
+        import os, signal, sys, threading, time
+        from shallowmirror.engine import SyncBatchForwarder
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            with SyncBatchForwarder({"bootstrap.servers": sys.argv[1]},
+                                    {"bootstrap.servers": sys.argv[2]}, topics=["orders"],
+                                    settings={"partition.assignment": "all"}):
+                print("started", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        time.sleep(0.2)
+        print("threads:", sorted(t.name for t in threading.enumerate()), flush=True)
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", script, _nowhere()["bootstrap.servers"], target_cluster.bootstrap],
+        capture_output=True, text=True, timeout=60)
+    assert "interrupted" in result.stdout, result.stdout + result.stderr[-2000:]
+    assert "threads: ['MainThread']" in result.stdout, result.stdout
+
+
+def test_forwarding_misuse_raises_at_the_call_and_the_engine_goes_on(
+        source_cluster, target_cluster, unique_topic):
+    topic = unique_topic("misuse")
+    copy = f"{topic}-copy"
+    load_topic(source_cluster, topic, 600, partitions=1, batch_bytes=4_000, linger_ms=5)
+    create_target(target_cluster, copy, 1)
+    source = read_topic(source_cluster.client_config(), topic)
+    end = source[0][-1].offset + 1
+    futures: list[concurrent.futures.Future] = []
+    dropped: list[tuple[int, int]] = []
+
+    with SyncBatchForwarder(source_cluster.client_config(), target_cluster.client_config(),
+                            topics=[topic], settings={**FAST, "group.id": group()}) as fwd:
+        first = fwd.next_batch(timeout_s=30)
+        assert first is not None
+        futures.append(fwd.forward(first, copy, 0))
+        with pytest.raises(ValueError, match="already forwarded"):
+            fwd.forward(first, copy, 0)           # before the first forward reached the engine
+        with pytest.raises(ValueError, match="already forwarded"):
+            fwd.drop(first)
+        futures[0].result(timeout=30)
+        with pytest.raises(ValueError, match="already forwarded"):
+            fwd.forward(first, copy, 0)           # and once acknowledged
+
+        second = fwd.next_batch(timeout_s=30)
+        assert second is not None
+        fwd.drop(second)
+        dropped.append((second.source_base, second.next_offset))
+        with pytest.raises(ValueError, match="already dropped"):
+            fwd.forward(second, copy, 0)
+        with pytest.raises(ValueError, match="already dropped"):
+            fwd.drop(second)
+
+        third = fwd.next_batch(timeout_s=30)
+        assert third is not None
+        for bad, kind, says in [((third, copy, "0"), TypeError, "partition must be an int"),
+                                ((third, None, 0), TypeError, "topic must be a str"),
+                                ((third, "no such/topic", 0), ValueError, "not a legal"),
+                                ((third, copy, -1), ValueError, "must be >= 0"),
+                                (("hello", copy, 0), TypeError, "expected a FetchedBatch")]:
+            with pytest.raises(kind, match=says):
+                fwd.forward(*bad)
+        futures.append(fwd.forward(third, copy, 0))   # still undecided: forwarded now
+        position = third.next_offset
+        while position < end:
+            batch = fwd.next_batch(timeout_s=30)
+            assert batch is not None, f"no batch for 30 s at {position}"
+            futures.append(fwd.forward(batch, copy, 0))
+            position = batch.next_offset
+        for future in futures:
+            future.result(timeout=30)
+        assert fwd.wait_caught_up(30)
+    # close() raised nothing: the engine stayed healthy; the target holds what was forwarded.
+    expected = {0: [r for r in source[0] if not dropped[0][0] <= r.offset < dropped[0][1]]}
+    assert_same_records(expected, read_topic(target_cluster.client_config(), copy), topic=copy)
+
+
+def test_async_forwarding_misuse_raises_at_the_call(source_cluster, target_cluster,
+                                                    unique_topic):
+    topic = unique_topic("amisuse")
+    copy = f"{topic}-copy"
+    load_topic(source_cluster, topic, 400, partitions=1, batch_bytes=4_000, linger_ms=5)
+    create_target(target_cluster, copy, 1)
+
+    async def scenario() -> None:
+        async with BatchForwarder(source_cluster.client_config(),
+                                  target_cluster.client_config(), topics=[topic],
+                                  settings={**FAST, "group.id": group()}) as fwd:
+            first = await fwd.next_batch(timeout_s=30)
+            assert first is not None
+            acked = fwd.forward(first, copy, 0)
+            with pytest.raises(ValueError, match="already forwarded"):
+                fwd.forward(first, copy, 0)
+            second = await fwd.next_batch(timeout_s=30)
+            assert second is not None
+            fwd.drop(second)
+            with pytest.raises(ValueError, match="already dropped"):
+                fwd.forward(second, copy, 0)
+            with pytest.raises(TypeError, match="partition must be an int"):
+                fwd.forward(await fwd.next_batch(timeout_s=30), copy, "0")
+            assert await asyncio.wait_for(acked, 30) == 0
+
+    asyncio.run(scenario())           # stop() at the end raised nothing
+

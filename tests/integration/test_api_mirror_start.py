@@ -1,0 +1,161 @@
+"""``mirror``/``mirror_async`` from the first moment of a run: while the target topics are checked
+and created, the README's stop event, ``timeout_s`` and cancellation end the run at once with
+nothing mirrored and nothing raised; librdkafka's lines go through Python logging (no raw
+``%3|...|FAIL|`` on stderr); a cluster that never answers raises ``ConnectionFailedError`` naming
+it. A run that could never catch up (no source topic matches) raises instead of waiting for
+ever, and a pattern run on one cluster never copies a topic into itself."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from engine_support import group, load_topic
+
+from shallowmirror.engine import mirror, mirror_async, prefix_mapper
+from shallowmirror.errors import ConfigError, ConnectionFailedError
+from shallowmirror.testing.embedded import free_port
+from shallowmirror.testing.topics import read_topic
+
+pytestmark = pytest.mark.integration
+
+#: Far less than the 30 s the topic check used to wait for an unreachable cluster, and than a
+#: cluster's reconnect.deadline.ms (120 s): a run ending within it did not wait either out.
+PROMPT_S = 10.0
+FAST = {"partition.assignment": "all", "fetch.max.wait.ms": 100}
+
+
+@contextlib.contextmanager
+def _not_kafka() -> Iterator[str]:
+    """An address that accepts connections and answers them with an HTTP error, not Kafka."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join()
+        server.close()
+
+
+def _configs(down: str, source_cluster, target_cluster, address: str,
+             **extra: object) -> tuple[dict, dict]:
+    dead = {"bootstrap.servers": address, **extra}
+    if down == "source":
+        return dead, {**target_cluster.client_config(), **extra}
+    return {**source_cluster.client_config(), **extra}, dead
+
+
+@pytest.mark.parametrize("ending", ["stop", "timeout_s"])
+@pytest.mark.parametrize("down", ["source", "target"])
+def test_stop_or_timeout_while_a_cluster_is_unreachable_ends_the_run_at_once(
+        down, ending, source_cluster, target_cluster, unique_topic, capfd):
+    topic = unique_topic("down")
+    load_topic(source_cluster, topic, 100, partitions=1)
+    source, target = _configs(down, source_cluster, target_cluster, f"127.0.0.1:{free_port()}")
+    stop = threading.Event()
+    if ending == "stop":
+        timer = threading.Timer(1.0, stop.set)
+        timer.start()
+    began = time.monotonic()
+    stats = mirror(source, target, [topic], topic_mapper=prefix_mapper("src"), stop=stop,
+                   timeout_s=100 if ending == "stop" else 1.0)
+    took_s = time.monotonic() - began
+    assert took_s < PROMPT_S, f"the run took {took_s:.1f} s to end"
+    assert stats.records == 0
+    err = capfd.readouterr().err
+    assert "%3|" not in err and "|FAIL|" not in err, err[-2000:]   # librdkafka's raw lines
+
+
+@pytest.mark.parametrize("listener", ["nothing listens", "not Kafka"])
+@pytest.mark.parametrize("down", ["source", "target"])
+def test_a_cluster_that_never_answers_raises_connection_failed_naming_it(
+        down, listener, source_cluster, target_cluster, unique_topic):
+    topic = unique_topic("never")
+    load_topic(source_cluster, topic, 100, partitions=1)
+    with contextlib.ExitStack() as stack:
+        address = (f"127.0.0.1:{free_port()}" if listener == "nothing listens"
+                   else stack.enter_context(_not_kafka()))
+        source, target = _configs(down, source_cluster, target_cluster, address,
+                                  **{"reconnect.deadline.ms": 2000})
+        began = time.monotonic()
+        with pytest.raises(ConnectionFailedError) as caught:
+            mirror(source, target, [topic], topic_mapper=prefix_mapper("src"),
+                   until_caught_up=True)
+    assert time.monotonic() - began < PROMPT_S + 2
+    assert caught.value.where.cluster == down
+    assert address in str(caught.value) and f"cluster {down}" in str(caught.value)
+
+
+def test_cancelling_mirror_async_during_the_topic_check_leaves_nothing_running(
+        target_cluster):
+    nowhere = {"bootstrap.servers": f"127.0.0.1:{free_port()}"}
+    cancelled_at: list[float] = []
+
+    async def main() -> None:
+        task = asyncio.create_task(mirror_async(nowhere, target_cluster.client_config(),
+                                                ["orders"], topic_mapper=prefix_mapper("c")))
+        await asyncio.sleep(1.0)
+        cancelled_at.append(time.monotonic())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    threads_before = set(threading.enumerate())
+    asyncio.run(main())             # waits for its executor threads: the topic check's too
+    assert time.monotonic() - cancelled_at[0] < PROMPT_S
+    assert not set(threading.enumerate()) - threads_before
+
+
+@pytest.mark.parametrize("topics", ["a list", "a regex"])
+def test_until_caught_up_with_no_matching_topic_raises_instead_of_waiting(
+        topics, source_cluster, target_cluster, unique_topic):
+    missing = unique_topic("missing")
+    spec = [missing] if topics == "a list" else f"{missing}-.*"
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match="nothing to mirror") as caught:
+        mirror(source_cluster.client_config(), target_cluster.client_config(), spec,
+               topic_mapper=prefix_mapper("src"), until_caught_up=True, timeout_s=30,
+               **{**FAST, "group.id": group()})
+    assert time.monotonic() - began < 30
+    assert missing in str(caught.value) and source_cluster.bootstrap in str(caught.value)
+
+
+def test_a_pattern_on_one_cluster_never_copies_a_topic_into_itself(source_cluster,
+                                                                   unique_topic):
+    """Source and target are one cluster; the mapper names a copy ``<topic>.copy`` and leaves a
+    copy's name as it is. The copy exists already (with records of its own) and matches the
+    pattern too: mirrored, it would be copied into itself for ever."""
+    topic = unique_topic("loop")
+    load_topic(source_cluster, topic, 500, partitions=1)
+    load_topic(source_cluster, f"{topic}.copy", 100, partitions=1)
+
+    def copy_of(name: str) -> str:
+        return name if name.endswith(".copy") else f"{name}.copy"
+
+    cfg = source_cluster.client_config()
+    stats = mirror(cfg, cfg, f"{topic}.*", topic_mapper=copy_of, until_caught_up=True,
+                   timeout_s=60, **{**FAST, "group.id": group()})
+    assert stats.records == 500
+    original = read_topic(cfg, topic)[0]
+    copied = read_topic(cfg, f"{topic}.copy")[0]
+    assert len(original) == 500
+    assert [r.value for r in copied[100:]] == [r.value for r in original]   # nothing else
