@@ -112,6 +112,8 @@ def test_interrupted_sync_start_leaves_no_thread_running(target_cluster):
     script = textwrap.dedent("""
         import os, signal, sys, threading, time
         from shallowmirror.engine import SyncBatchForwarder
+        # Python's own handler even if this test runs as a background job (SIGINT ignored).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         try:
             with SyncBatchForwarder({"bootstrap.servers": sys.argv[1]},

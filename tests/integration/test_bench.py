@@ -294,7 +294,10 @@ def test_ctrl_c_ends_the_bench_at_once_recording_nothing_of_the_interrupted_run(
          "--batch-bytes", "16KiB", "--partitions", "2", "--no-progress", "--out", str(out),
          *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # SIG_DFL for SIGINT, as a terminal's command has: a background job (CI run under
+        # nohup, `make test &`) passes on "ignore", and the bench leaves an ignored SIGINT be.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     seen = threading.Event()
 
