@@ -292,23 +292,14 @@ def _check_arguments(call: str, source_config: Any, target_config: Any, topics: 
             raise ValueError(f"{call}(): timeout_s must be >= 0 seconds, not {timeout_s!r}")
 
 
-def _same_cluster(source: ClientSettings, target: ClientSettings) -> str | None:
-    """A bootstrap address given for both clusters (None: none is)."""
-    dst = {(host.lower(), port) for host, port in target.bootstrap_servers}
-    for host, port in source.bootstrap_servers:
-        if (host.lower(), port) in dst:
-            return f"{host}:{port}"
-    return None
-
-
 def _refuse_self_loop(source: ClientSettings, target: ClientSettings, topics: TopicsSpec,
                       topic_mapper: Callable[[str], str], call: str) -> TopicsSpec:
     """Refuse a run that would copy a topic into itself: source and target are one cluster and
     a target topic is named as its source topic. Names known up front (a list, or the identity
     mapper) are refused at once; a regex or predicate on one cluster is returned narrowed to
     the topics whose target is another topic (each one left out is warned about once)."""
-    address = _same_cluster(source, target)
-    if address is None:
+    address = ", ".join(source.shared_addresses(target))
+    if not address:
         return topics
     if topic_mapper is identity_mapper:
         raise ValueError(f"{call}(): source and target are the same cluster ({address}) and "

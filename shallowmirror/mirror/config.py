@@ -536,14 +536,14 @@ def _same_cluster_problem(flow: FlowConfig) -> str | None:
     from shallowmirror.net.config import client_settings
 
     try:
-        source = client_settings(flow.source_consumer, flow.source).bootstrap_servers
-        target = client_settings(flow.target_producer, flow.target).bootstrap_servers
+        source = client_settings(flow.source_consumer, flow.source)
+        target = client_settings(flow.target_producer, flow.target)
     except ConfigError:
         return None                     # reported as the connection problem it is
-    shared = sorted({(h.lower(), p) for h, p in source} & {(h.lower(), p) for h, p in target})
+    shared = source.shared_addresses(target)
     if not shared:
         return None
-    address = ", ".join(f"{h}:{p}" for h, p in shared)
+    address = ", ".join(shared)
     return (f"{flow.name}: {flow.source} and {flow.target} are the same cluster ({address}) "
             f"and {flow.policy.class_name} keeps topic names, so the mirror would read its "
             "own copies and copy them again without end: point the target at another cluster")

@@ -131,6 +131,14 @@ class ClientSettings:
     ssl_key_password: str | None = None
     ssl_verify: bool = True
 
+    def shared_addresses(self, other: ClientSettings) -> list[str]:
+        """Bootstrap addresses given for both this cluster and ``other`` (hosts compared
+        without case), sorted: one cluster used as two, if any. The same cluster behind two
+        different names is not found."""
+        mine = {(host.lower(), port) for host, port in self.bootstrap_servers}
+        theirs = {(host.lower(), port) for host, port in other.bootstrap_servers}
+        return [f"{host}:{port}" for host, port in sorted(mine & theirs)]
+
     @property
     def uses_ssl(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
