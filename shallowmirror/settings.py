@@ -50,7 +50,8 @@ def _parse_int(raw: Any) -> int:
         raise ValueError(f"expected a whole number, got {raw!r}") from None
 
 
-def _parse_float(raw: Any) -> float:
+def parse_float(raw: Any) -> float:
+    """A finite float from a raw value; ValueError (with the reason) otherwise."""
     try:
         value = float(str(raw).strip())
     except ValueError:
@@ -65,7 +66,7 @@ def _parse_float(raw: Any) -> float:
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "str": lambda raw: str(raw).strip(),
     "int": _parse_int,
-    "float": _parse_float,
+    "float": parse_float,
     "bool": _parse_bool,
     "list": _parse_list,
 }

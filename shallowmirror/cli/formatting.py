@@ -8,7 +8,6 @@ is shown only when it has one and its help does not already say it.
 from __future__ import annotations
 
 import argparse
-import math
 import textwrap
 
 #: Log levels ``--log-level`` accepts (any case).
@@ -63,15 +62,15 @@ def _shell_lines(command: str, width: int = 94) -> list[str]:
 
 
 def finite_float(text: str) -> float:
-    """A number of seconds (or any float option): nan and inf are refused, as a settings key's
-    are (``settings._parse_float``): nan slips past every bound and never ends a wait."""
+    """A number of seconds (or any float option), parsed as a settings key's float is
+    (``settings.parse_float``): nan and inf are refused, nan slips past every bound and never
+    ends a wait."""
+    from shallowmirror.settings import parse_float
+
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+        return parse_float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def log_level(text: str) -> str:
