@@ -526,6 +526,20 @@ def _client_problems(config: Mapping[str, str], alias: str) -> list[str]:
     return []
 
 
+def _flow_opts_out_of_exactly_once(flow_keys: Mapping[str, str]) -> bool:
+    """Whether the flow itself sets ``exactly.once`` false, in any spelling the setting takes
+    (false, 0, no, off); a bad value is left to the engine settings' own check."""
+    from shallowmirror.engine.config import ENGINE_SETTINGS
+
+    raw = _non_role(flow_keys).get("exactly.once")
+    if raw is None:
+        return False
+    try:
+        return not ENGINE_SETTINGS["exactly.once"].parse(raw)
+    except ValueError:
+        return False
+
+
 def _same_cluster_problem(flow: FlowConfig) -> str | None:
     """A flow whose source and target share a bootstrap address reads the cluster it writes.
     With names kept (IdentityReplicationPolicy: every MirrorMaker 1 flow) each record is
@@ -671,8 +685,7 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
             problems.extend(p for p in err.problems if p not in problems)
             continue
         engine_raw.setdefault("group.id", f"shallowmirror-{source}-{target}")
-        opted_out = _non_role(flow_keys).get("exactly.once")
-        if opted_out is not None and opted_out.strip().lower() == "false":
+        if _flow_opts_out_of_exactly_once(flow_keys):
             # A flow's own `A->B.exactly.once = false` wins over MM2's process-wide switch.
             engine_raw["exactly.once.source.support"] = "disabled"
         if str(engine_raw.get("partition.assignment", "")).strip() == "all" \

@@ -234,10 +234,11 @@ def test_a_flow_opts_out_of_mm2s_process_wide_exactly_once():
     exactly-once anyway."""
     from shallowmirror.engine.config import exactly_once, resolve_settings
 
-    cfg = resolve_mm2({**BASE, "B->A.enabled": "true",
-                       "exactly.once.source.support": "enabled", "B->A.exactly.once": "false"})
-    on = {f.name: exactly_once(resolve_settings(f.engine_settings)) for f in cfg.flows}
-    assert on == {"A->B": True, "B->A": False}
+    for no in ("false", "no", "0", "OFF"):     # every spelling the bool setting takes
+        cfg = resolve_mm2({**BASE, "B->A.enabled": "true",
+                           "exactly.once.source.support": "enabled", "B->A.exactly.once": no})
+        on = {f.name: exactly_once(resolve_settings(f.engine_settings)) for f in cfg.flows}
+        assert on == {"A->B": True, "B->A": False}, no
 
 
 def test_known_mm2_keys_are_not_warned_about():
