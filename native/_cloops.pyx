@@ -21,6 +21,7 @@ from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int16_t, int32_t, int64_t
 
@@ -29,6 +30,7 @@ from time import monotonic
 
 from shallowmirror.codec.layout import COMPRESSION_MASK as _COMPRESSION_MASK
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK as _TRANSACTIONAL_MASK
+from shallowmirror.engine.hooks import RunPoint as _RUN_POINT
 from shallowmirror.engine.loops import DUPLICATE_SEQUENCE_NUMBER as _DUPLICATE_SEQUENCE_NUMBER
 from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES
 
@@ -77,12 +79,14 @@ cdef enum:
     B_ABANDONED, B_SIZE, B_ATTEMPTS, B_HEADER, B_REST, B_STAMP_GENERATION, B_PRODUCER_ID,
     B_PRODUCER_EPOCH, B_TOPIC, B_PARTITION, B_ACKED, B_START, B_DONE, B_FUTURE, B_CALLBACKS,
     B_LEASE, B_VIEW, B_RECORD_COUNT, B_TARGET_BASE, B_IS_GAP, B_SOURCE_BASE, B_END,
-    B_NEXT_OFFSET, B_TARGET_TOPIC, B_TARGET_PARTITION, B_ENQUEUE_NO
+    B_NEXT_OFFSET, B_TARGET_TOPIC, B_TARGET_PARTITION, B_ENQUEUE_NO, B_RECORD_OFFSETS,
+    B_COMPRESSION, B_FETCHED_AT
 cdef _Layout _BATCH = _Layout((
     "abandoned", "size", "attempts", "header", "rest", "stamp_generation", "producer_id",
     "producer_epoch", "topic", "partition", "acked", "start", "done", "_future", "_callbacks",
     "lease", "view", "record_count", "target_base", "is_gap", "source_base", "end",
-    "next_offset", "target_topic", "target_partition", "enqueue_no"))
+    "next_offset", "target_topic", "target_partition", "enqueue_no", "record_offsets",
+    "compression", "fetched_at"))
 
 # TargetPartitionQueue fields
 cdef enum:
@@ -94,8 +98,9 @@ cdef _Layout _QUEUE = _Layout((
 
 # SourcePartition, PartitionOffsets, OffsetMap and FrameLease fields
 cdef enum:
-    S_OFFSETS, S_RECORDS, S_BATCHES, S_BYTES
-cdef _Layout _PARTITION = _Layout(("offsets", "records", "batches", "bytes"))
+    S_OFFSETS, S_RECORDS, S_BATCHES, S_BYTES, S_ACK_RUN, S_ACK_TALLY, S_HIGH_WATERMARK
+cdef _Layout _PARTITION = _Layout(("offsets", "records", "batches", "bytes", "ack_run",
+                                   "ack_tally", "high_watermark"))
 cdef enum:
     O_ENTRIES, O_COMMITTED, O_OFFSET_MAP, O_END
 cdef _Layout _OFFSETS = _Layout(("_entries", "_committed", "offset_map", "_end"))
@@ -105,6 +110,16 @@ cdef _Layout _MAP = _Layout(("_counts", "_next_source", "_next_target"))
 cdef enum:
     L_HOLDERS
 cdef _Layout _LEASE = _Layout(("holders",))
+# hooks.AckRun fields (a subclass's: the offset syncs' PartitionSyncs)
+cdef enum:
+    R_RUN_UPSTREAM, R_RUN_DOWNSTREAM, R_END, R_MOVED
+cdef _Layout _RUN = _Layout(("run_upstream", "run_downstream", "end", "moved"))
+# metrics.AckTally fields
+cdef enum:
+    T_CODECS, T_BATCHES, T_RECORDS, T_COMPRESSED_BYTES, T_LATENCY_SUM_MS, T_LATENCY_MAX_MS,
+    T_OFFSET_LAG
+cdef _Layout _TALLY = _Layout(("codecs", "batches", "records", "compressed_bytes",
+                               "latency_sum_ms", "latency_max_ms", "offset_lag"))
 
 
 # ---- making the batches of a fetched partition ------------------------------------------------
@@ -459,11 +474,70 @@ cdef int _drop_lease(object lease) except -1:
     return 0
 
 
-def ack_batches(dict partitions, list acked):
+cdef bint _extends(object run, int64_t source_base, int64_t target_base) except -1:
+    """``AckRun.extends`` at the run's slots."""
+    _check(_RUN, run)
+    cdef Py_ssize_t *r = _RUN.off
+    cdef int64_t run_upstream = _get_int(run, r[R_RUN_UPSTREAM])
+    if not (0 <= run_upstream < source_base
+            and _get_int(run, r[R_RUN_DOWNSTREAM]) + (source_base - run_upstream)
+            == target_base):
+        return False
+    end = _get(run, r[R_END])
+    if end is None:
+        return True
+    return (<int64_t>(<tuple>end)[0] >= source_base
+            or <int64_t>(<tuple>end)[1] == target_base)
+
+
+cdef object _run_point(int64_t upstream, int64_t downstream):
+    """``hooks.RunPoint(upstream, downstream)`` without its Python ``__new__``: a tuple of
+    the NamedTuple's class, made as ``tuple.__new__`` makes one for a subclass."""
+    point = PyType_GenericAlloc(<PyTypeObject *>_RUN_POINT, 2)
+    first = PyLong_FromLongLong(upstream)
+    second = PyLong_FromLongLong(downstream)
+    Py_INCREF(first)
+    PyTuple_SET_ITEM(point, 0, first)
+    Py_INCREF(second)
+    PyTuple_SET_ITEM(point, 1, second)
+    return point
+
+
+cdef int _tally(object tally, object batch, object sp, double now) except -1:
+    """``AckTally.add`` for ``batch`` (acknowledged at ``now``) at the tally's slots; the lag
+    as ``loops.ack_batches`` computes it, after the acknowledgement."""
+    _check(_TALLY, tally)
+    cdef Py_ssize_t *t = _TALLY.off
+    cdef Py_ssize_t *b = _BATCH.off
+    _set_int(tally, t[T_CODECS],
+             _get_int(tally, t[T_CODECS]) | (1 << _get_int(batch, b[B_COMPRESSION])))
+    _set_int(tally, t[T_BATCHES], _get_int(tally, t[T_BATCHES]) + 1)
+    _set_int(tally, t[T_RECORDS],
+             _get_int(tally, t[T_RECORDS]) + _get_int(batch, b[B_RECORD_COUNT]))
+    _set_int(tally, t[T_COMPRESSED_BYTES],
+             _get_int(tally, t[T_COMPRESSED_BYTES]) + _get_int(batch, b[B_SIZE]))
+    cdef double latency = (now - <double>_get(batch, b[B_FETCHED_AT])) * 1000
+    _set(tally, t[T_LATENCY_SUM_MS], <double>_get(tally, t[T_LATENCY_SUM_MS]) + latency)
+    if latency > <double>_get(tally, t[T_LATENCY_MAX_MS]):
+        _set(tally, t[T_LATENCY_MAX_MS], latency)
+    cdef int64_t high_watermark = _get_int(sp, _PARTITION.off[S_HIGH_WATERMARK])
+    if high_watermark < 0:
+        _set(tally, t[T_OFFSET_LAG], None)
+    else:
+        offsets = _get(sp, _PARTITION.off[S_OFFSETS])
+        _check(_OFFSETS, offsets)
+        _set_int(tally, t[T_OFFSET_LAG],
+                 max(0, high_watermark - _get_int(offsets, _OFFSETS.off[O_COMMITTED])))
+    return 0
+
+
+def ack_batches(dict partitions, list acked, bint follow_runs=False, double tally_now=-1.0):
     """Acknowledge the usual batches of ``acked`` in order; see ``loops.ack_batches``."""
     cdef Py_ssize_t i, n = len(acked)
     cdef Py_ssize_t *b = _BATCH.off
     cdef Py_ssize_t *s = _PARTITION.off
+    cdef Py_ssize_t *r = _RUN.off
+    cdef int64_t source_base, next_offset, target
     for i in range(n):
         batch, target_base = <tuple>acked[i]
         _check(_BATCH, batch)
@@ -474,11 +548,31 @@ def ack_batches(dict partitions, list acked):
                 or _get(batch, b[B_CALLBACKS]) is not None):
             return i
         _check(_PARTITION, sp)
+        run = None
+        if follow_runs:
+            run = _get(sp, s[S_ACK_RUN])
+            if run is None or _get(batch, b[B_RECORD_OFFSETS]) is not None:
+                return i
+            source_base = _get_int(batch, b[B_SOURCE_BASE])
+            target = <int64_t>target_base
+            if not _extends(run, source_base, target):
+                return i
+        tally = None
+        if tally_now >= 0:
+            tally = _get(sp, s[S_ACK_TALLY])
+            if tally is None:
+                return i
         _ack_entry(_get(sp, s[S_OFFSETS]), batch, target_base)
         _set_int(sp, s[S_RECORDS], _get_int(sp, s[S_RECORDS])
                  + _get_int(batch, b[B_RECORD_COUNT]))
         _set_int(sp, s[S_BATCHES], _get_int(sp, s[S_BATCHES]) + 1)
         _set_int(sp, s[S_BYTES], _get_int(sp, s[S_BYTES]) + _get_int(batch, b[B_SIZE]))
+        if run is not None:
+            next_offset = _get_int(batch, b[B_NEXT_OFFSET])
+            _set(run, r[R_END], _run_point(next_offset, target + (next_offset - source_base)))
+            _set(run, r[R_MOVED], True)
+        if tally is not None:
+            _tally(tally, batch, sp, tally_now)
         _set(batch, b[B_DONE], True)
         lease = _get(batch, b[B_LEASE])
         if lease is not None:

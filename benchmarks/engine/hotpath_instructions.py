@@ -1,7 +1,7 @@
 """The engine's instructions per forwarded batch: ``hotpath_micro.py`` counted by valgrind.
 
     PYTHONPATH=. .venv/bin/python benchmarks/engine/hotpath_instructions.py \
-        [--batch-bytes 5800] [--partitions 8] [--baseline DIR]
+        [--batch-bytes 5800] [--partitions 8] [--baseline DIR] [--offset-syncs] [--metrics]
 
 Timings on the VMs this project runs on swing by +-25% between consecutive runs and differ 2-3x
 between hosts, and the VMs expose no performance counters; an instruction count does neither.
@@ -31,12 +31,13 @@ COUNTS = (8000, 32000)
 
 
 def instructions(path: str, batches: int, batch_bytes: int, partitions: int,
-                 setup_only: bool) -> tuple[int, int]:
+                 setup_only: bool, extra: tuple[str, ...] = ()) -> tuple[int, int]:
     """(instructions, batches forwarded) of one ``hotpath_micro.py --child`` run."""
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
                "--cachegrind-out-file=/dev/null", sys.executable, str(MICRO), "--child",
                "--batch-bytes", str(batch_bytes), "--batches", str(batches),
-               "--partitions", str(partitions)] + (["--setup-only"] if setup_only else [])
+               "--partitions", str(partitions)]
+    command += (["--setup-only"] if setup_only else []) + list(extra)
     # A fixed hash seed: str hashes (dict and set layouts) otherwise move counts by ~1-2%.
     env = {"PYTHONHASHSEED": "0", **os.environ, "PYTHONPATH": path}
     done = subprocess.run(command, env=env, capture_output=True,
@@ -48,11 +49,12 @@ def instructions(path: str, batches: int, batch_bytes: int, partitions: int,
     return int(refs.group(1).replace(",", "")), forwarded
 
 
-def per_batch(path: str, batch_bytes: int, partitions: int) -> float:
+def per_batch(path: str, batch_bytes: int, partitions: int, extra: tuple[str, ...] = ()) -> float:
+    """``extra``: ``hotpath_micro.py`` options (``--offset-syncs``, ``--metrics``)."""
     (small, n_small), (large, n_large) = (
-        instructions(path, n, batch_bytes, partitions, False) for n in COUNTS)
+        instructions(path, n, batch_bytes, partitions, False, extra) for n in COUNTS)
     (small_setup, _), (large_setup, _) = (
-        instructions(path, n, batch_bytes, partitions, True) for n in COUNTS)
+        instructions(path, n, batch_bytes, partitions, True, extra) for n in COUNTS)
     return ((large - large_setup) - (small - small_setup)) / (n_large - n_small)
 
 
@@ -61,6 +63,12 @@ def main() -> int:
     parser.add_argument("--batch-bytes", type=int, default=5800)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--baseline", metavar="DIR")
+    parser.add_argument("--offset-syncs", action="store_true",
+                        help="with the mirror process's offset-sync writer on the hook "
+                             "(hotpath_micro.py --offset-syncs)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="with the metrics records the mirror process keeps "
+                             "(hotpath_micro.py --metrics)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("hotpath_instructions: valgrind is not installed (Debian: apt-get install "
@@ -70,10 +78,13 @@ def main() -> int:
     if args.baseline:
         trees.append(("base", args.baseline))
     for name, path in trees:
-        count = per_batch(path, args.batch_bytes, args.partitions)
+        extra = tuple(option for option, wanted in (("--offset-syncs", args.offset_syncs),
+                                                    ("--metrics", args.metrics)) if wanted)
+        count = per_batch(path, args.batch_bytes, args.partitions, extra)
+        syncs = "".join(f", {option[2:]}" for option in extra)
         print(f"{name:4} {count:9,.0f} instructions per batch ({args.batch_bytes} B batches, "
-              f"{args.partitions} partitions: one request per {args.partitions} batches)",
-              flush=True)
+              f"{args.partitions} partitions: one request per {args.partitions} batches"
+              f"{syncs})", flush=True)
     return 0
 
 

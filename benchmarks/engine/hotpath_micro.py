@@ -3,6 +3,7 @@ acknowledgement, without sockets or brokers (so without their noise).
 
     PYTHONPATH=. .venv/bin/python benchmarks/engine/hotpath_micro.py [--batch-bytes 5800]
         [--batches 22224] [--partitions 8 | 1,8,32] [--repeat 3] [--baseline DIR]
+        [--offset-syncs] [--metrics]
 
 A ``MirrorEngine`` (real sources, sinks, planner, stamping, encoder, offsets, acknowledgement) runs
 against two in-process FAKE clusters that answer instantly: the source connection returns
@@ -14,7 +15,12 @@ subtracted. Prints CPU microseconds per batch and per MB for each run; ``--basel
 same in a child with ``PYTHONPATH=DIR`` (an older tree), interleaved. Several partition counts
 also fit the cost as per batch plus per request (a request carries one batch per partition).
 The real figure (with the network and the brokers) is bench_mirror.py's; this one shows where
-the engine's own Python goes.
+the engine's own Python goes. ``--offset-syncs`` adds what the mirror process (``shallowmirror
+mirror``, a flow with MM2's default ``emit.offset-syncs.enabled = true``) adds to the engine:
+its offset-sync writer on the ``batch_acknowledged`` hook, attached as the flow attaches it, with
+a stand-in for the producer that would write the syncs (the records are made, not sent);
+``--metrics`` the metrics records it keeps (its status lines' latency: a ``LatencyObserver``
+sink, as the process gives every engine).
 """
 
 from __future__ import annotations
@@ -194,16 +200,48 @@ class FakeCluster:
         return None
 
 
+class _UnsentSyncs:
+    """Stands in for the offset-sync writer's producer (``TopicWriter``)."""
+
+    failed = None
+
+    def write(self, key: bytes, value: bytes) -> None:
+        return None
+
+
+def attach_offset_syncs(engine) -> None:
+    """The flow's offset-sync writer on ``engine``'s hook, as ``mirror.flows`` attaches it (older
+    trees: without ``runs=``, which they do not take)."""
+    from shallowmirror.replication.offset_syncs import OffsetSyncWriter
+
+    writer = OffsetSyncWriter({}, "mm2-offset-syncs.fake.internal", alias="fake")
+    writer._writer = _UnsentSyncs()
+    try:
+        engine.hooks.batch_acknowledged.add(writer.on_batch_ack, runs=writer.table.partition)
+    except TypeError:
+        engine.hooks.batch_acknowledged.add(writer.on_batch_ack)
+
+
+def _observer():
+    from shallowmirror.mirror.status import LatencyObserver
+
+    return LatencyObserver()
+
+
 async def run_once(frames: list[bytes], per_round: int, end: int,
-                   partitions: int = PARTITIONS, answers: list[memoryview] | None = None) -> dict:
+                   partitions: int = PARTITIONS, answers: list[memoryview] | None = None,
+                   offset_syncs: bool = False, metrics: bool = False) -> dict:
     from shallowmirror.engine.batch import SourcePartition
     from shallowmirror.engine.engine import MirrorEngine
     from shallowmirror.engine.offsets import OffsetMap
 
     engine = MirrorEngine({"bootstrap.servers": "fake:1"}, {"bootstrap.servers": "fake:2"},
                           topics=[TOPIC], settings={"producer.id": 7,
-                                                    "fetch.session.enable": "false"})
+                                                    "fetch.session.enable": "false"},
+                          metrics_sink=_observer() if metrics else None)
     engine.runtime.loop = asyncio.get_running_loop()
+    if offset_syncs:
+        attach_offset_syncs(engine)
     engine.sources.start(FakeCluster(FakeSourceConnection(frames, per_round), partitions))
     answers = answers or [memoryview(produce_frame(partitions))]
     await engine.sinks.start(FakeCluster(FakeTargetConnection(answers), partitions))
@@ -258,7 +296,9 @@ def child(args: argparse.Namespace) -> None:
     if getattr(args, "setup_only", False):   # hotpath_instructions.py subtracts the set-up's instructions
         print(json.dumps({"batches": rounds * per_fetch * partitions}), flush=True)
         return
-    result = asyncio.run(run_once(frames, per_fetch * count, end, partitions, answers))
+    result = asyncio.run(run_once(frames, per_fetch * count, end, partitions, answers,
+                                  offset_syncs=getattr(args, "offset_syncs", False),
+                                  metrics=getattr(args, "metrics", False)))
     result["batch_bytes"] = len(batch)
     print(json.dumps(result), flush=True)
 
@@ -275,6 +315,10 @@ def main() -> int:
                              "batch and per request")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", metavar="DIR")
+    parser.add_argument("--offset-syncs", action="store_true",
+                        help="with the mirror process's offset-sync writer on the hook")
+    parser.add_argument("--metrics", action="store_true",
+                        help="with the metrics records the mirror process keeps")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--setup-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -323,7 +367,9 @@ def run_child(args: argparse.Namespace, partitions: int, path: str) -> dict:
     """One measurement in a fresh interpreter with ``PYTHONPATH=path``."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", "--batch-bytes", str(args.batch_bytes),
-         "--batches", str(args.batches), "--partitions", str(partitions)],
+         "--batches", str(args.batches), "--partitions", str(partitions)]
+        + (["--offset-syncs"] if args.offset_syncs else [])
+        + (["--metrics"] if args.metrics else []),
         env={**os.environ, "PYTHONPATH": path}, check=True, capture_output=True,
         text=True).stdout
     return json.loads(out.strip().splitlines()[-1])

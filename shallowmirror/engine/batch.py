@@ -209,7 +209,8 @@ class SourcePartition:
 
     __slots__ = ("topic", "partition", "offsets", "high_watermark", "high_watermark_at", "leader",
                  "paused", "error", "skip_to_high_watermark", "topic_id", "taken_over",
-                 "last_committed_sent", "records", "batches", "bytes", "errors")
+                 "last_committed_sent", "records", "batches", "bytes", "errors", "ack_run",
+                 "ack_tally")
 
     def __init__(self, topic: str, partition: int, position: int, offset_map: OffsetMap) -> None:
         self.topic = topic
@@ -233,6 +234,12 @@ class SourcePartition:
         self.batches = 0
         self.bytes = 0
         self.errors = 0
+        #: The ``batch_acknowledged`` callback's run map of this partition (``hooks.AckRun``),
+        #: when it gave one: the engine then extends it itself for a usual batch.
+        self.ack_run: Any = None
+        #: Its ``metrics.AckTally`` while metrics are summed per interval: the engine's native
+        #: acknowledgement loop adds to it.
+        self.ack_tally: Any = None
 
     @property
     def tp(self) -> TP:

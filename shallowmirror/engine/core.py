@@ -41,7 +41,7 @@ from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePart
 from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.consumer_group import ConsumerGroupMembership
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
-from shallowmirror.engine.hooks import BatchAck, EngineHooks, HookError
+from shallowmirror.engine.hooks import AckRun, BatchAck, EngineHooks, HookError
 from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
@@ -430,28 +430,41 @@ class EngineCore:
         """Acknowledgements (one Produce response's), applied in order, with one progress
         notification. Whether a hook listens or metrics record is read once per response."""
         try:
-            hooked = bool(self.hooks.batch_acknowledged)
+            hook = self.hooks.batch_acknowledged
+            hooked = bool(hook)
+            # The only callback's run maps, which the native loop extends itself (hooks.AckRun).
+            runs = hook.runs if hooked else None
             recording = self.metrics.recording
-            if hooked or recording or not self.runtime.startup.done:
+            if ((hooked and runs is None) or (recording and not self.metrics.tallied)
+                    or not self.runtime.startup.done):
                 for batch, target_base in acked:
                     self._ack_one(batch, target_base, hooked, recording)
                 return
             # The usual batches (what _ack_one does for them, without its calls: this runs
             # once per forwarded batch) in one call (hotpath); from the first other one on,
             # one at a time, each then the usual ones after it again.
-            done = hotpath.ack_batches(self.partitions, acked)
+            follow = runs is not None
+            # Recording: the partitions' tallies (metrics.AckTally) take the batches, all
+            # acknowledged at this moment (latency: since each was fetched).
+            now = time.monotonic() if recording else -1.0
+            done = hotpath.ack_batches(self.partitions, acked, follow, now)
             while done < len(acked):
                 batch, target_base = acked[done]
-                self._ack_one(batch, target_base, False, False)
+                self._ack_one(batch, target_base, hooked, recording, runs)
                 done += 1
                 if done < len(acked):
-                    done += hotpath.ack_batches(self.partitions, acked[done:])
+                    done += hotpath.ack_batches(self.partitions, acked[done:], follow, now)
         finally:
             self.runtime.progress.notify()
 
     def _ack_one(self, batch: FetchedBatch, target_base: int | None, hooked: bool,
-                 recording: bool) -> None:
+                 recording: bool, runs: Callable[[str, int], AckRun] | None = None) -> None:
         sp = self.partitions.get((batch.topic, batch.partition))
+        if runs is not None and sp is not None and sp.ack_run is None:
+            # Looked up once per ownership; the native loop extends it from the next batch on.
+            sp.ack_run = runs(batch.topic, batch.partition)
+        if recording and sp is not None and sp.ack_tally is None and self.metrics.tallied:
+            sp.ack_tally = self.metrics.tally_of(batch)     # the same: the native loop adds to it
         if target_base is None:
             self.duplicates_unknown_offset += 1
             log.info("%s: target answered DUPLICATE_SEQUENCE_NUMBER: batch already written, "

@@ -23,6 +23,14 @@ attach to the engine without editing the core.
 
 Callbacks run on the engine's event loop and must not block. One that raises is never ignored:
 ``HookError`` names the hook and the callback, and the engine fails with it.
+
+A ``batch_acknowledged`` callback that keeps a run map per source partition (offset syncs: where
+the source->target delta changes, and the end) may hand the engine that map's ``AckRun`` with
+``add(callback, runs=lookup)``. While it is the only callback, the engine then applies the usual
+batch itself, in its native acknowledgement loop, instead of calling it: a batch that continues
+the partition's current run only moves the run's end (``AckRun.extend``). Every other batch
+still goes to the callback. Calling Python per batch cost the mirror process about as much again
+as the rest of its per-batch work (``benchmarks/engine/hotpath_micro.py --offset-syncs``).
 """
 
 from __future__ import annotations
@@ -68,20 +76,75 @@ class BatchAck(NamedTuple):
         return self.target_base + self.source_next - self.source_base
 
 
+class RunPoint(NamedTuple):
+    """Source offset ``upstream`` is (or, for a run's end, will be) target offset
+    ``downstream``."""
+
+    upstream: int
+    downstream: int
+
+
+class AckRun:
+    """Where a callback's run map of one source partition stands: its last anchor (source
+    offset ``run_upstream`` stored at target offset ``run_downstream``; -1: none) and its
+    ``end`` (a ``RunPoint``; None: not known). ``moved``: the engine moved the end since the
+    callback last cleared it. A subclass keeps these fields current; the engine reads and
+    writes them at their slots (``native/_cloops.pyx``), on its event loop. ``end`` is
+    replaced whole, never changed in place, so another thread reads it without a lock."""
+
+    __slots__ = ("run_upstream", "run_downstream", "end", "moved")
+
+    def __init__(self) -> None:
+        self.run_upstream = self.run_downstream = -1
+        self.end: RunPoint | None = None
+        self.moved = False
+
+    def extends(self, source_base: int, target_base: int) -> bool:
+        """Whether a plain batch from ``source_base`` stored at ``target_base`` continues the
+        run, so that it moves the end and nothing else: past the last anchor, on its delta,
+        and not across an end that says the target jumped."""
+        end = self.end
+        return (0 <= self.run_upstream < source_base
+                and self.run_downstream + (source_base - self.run_upstream) == target_base
+                and (end is None or end.upstream >= source_base
+                     or end.downstream == target_base))
+
+    def extend(self, source_base: int, source_next: int, target_base: int) -> None:
+        """Apply such a batch: the end moves to its last offset."""
+        self.end = RunPoint(source_next, target_base + (source_next - source_base))
+        self.moved = True
+
+
 class Hook(Generic[T]):
     """Callbacks of one hook point, called in the order they were added."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._callbacks: list[Callable[[T], None]] = []
+        self._runs: dict[Callable[[T], None], Callable[[str, int], AckRun]] = {}
 
-    def add(self, callback: Callable[[T], None]) -> Callable[[T], None]:
-        """Call ``callback(event)`` at this point from now on (usable as a decorator)."""
+    def add(self, callback: Callable[[T], None], *,
+            runs: Callable[[str, int], AckRun] | None = None) -> Callable[[T], None]:
+        """Call ``callback(event)`` at this point from now on (usable as a decorator).
+        ``runs(topic, partition)`` (``batch_acknowledged`` only): the callback's run map of a
+        source partition, for the engine to extend itself (see the module docstring)."""
         self._callbacks.append(callback)
+        if runs is not None:
+            self._runs[callback] = runs
         return callback
 
     def remove(self, callback: Callable[[T], None]) -> None:
         self._callbacks.remove(callback)
+        if callback not in self._callbacks:
+            self._runs.pop(callback, None)
+
+    @property
+    def runs(self) -> Callable[[str, int], AckRun] | None:
+        """The run map lookup of the only callback, if it gave one; else None (every event
+        goes to every callback)."""
+        if len(self._callbacks) != 1:
+            return None
+        return self._runs.get(self._callbacks[0])
 
     def __bool__(self) -> bool:
         return bool(self._callbacks)

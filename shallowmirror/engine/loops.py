@@ -162,24 +162,48 @@ def settle_picks(sink: Any, picks: list[tuple[TTP, Any]], response: Any,
     return by_tp, rest
 
 
-def ack_batches(partitions: dict, acked: list[tuple[Any, int | None]]) -> int:
+def ack_batches(partitions: dict, acked: list[tuple[Any, int | None]],
+                follow_runs: bool = False, tally_now: float = -1.0) -> int:
     """Acknowledge ``acked`` (batch, target offset) in order while each is the usual batch: a
     plain batch of an owned partition (``partitions``: the engine's source partitions),
     acknowledged with an offset, nobody awaiting it. Its offsets entry is acknowledged (the
     partition's committed position and offset map advance), its counters grow, its frame goes
     back to the budget. Returns how many were applied: the caller takes the rest, from the first
-    unusual one on, so acknowledgements stay in order. No hook may listen and no metrics record
-    (the caller checks)."""
+    unusual one on, so acknowledgements stay in order. No hook may listen, unless
+    ``follow_runs``: then the only ``batch_acknowledged`` callback gave its run maps
+    (``hooks.AckRun``, the partition's ``ack_run``), and a usual batch is also one that extends
+    its partition's run (not re-packed, on the run's delta), whose end it moves. No metrics may
+    record, unless ``tally_now`` (>= 0: the ``time.monotonic()`` of the acknowledgement): then
+    each batch is added to its partition's ``ack_tally`` (``metrics.AckTally``). A partition
+    without its run map or tally yet is the caller's."""
     for i, (batch, target_base) in enumerate(acked):
         sp = partitions.get((batch.topic, batch.partition))
         if (target_base is None or sp is None or batch.abandoned or batch.acked
                 or batch.start < 0 or batch.done or batch._future is not None
                 or batch._callbacks is not None):
             return i
+        run = None
+        if follow_runs:
+            run = sp.ack_run
+            if (run is None or batch.record_offsets is not None
+                    or not run.extends(batch.source_base, target_base)):
+                return i
+        tally = None
+        if tally_now >= 0:
+            tally = sp.ack_tally
+            if tally is None:
+                return i
         sp.offsets.ack(batch, target_base)
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size
+        if run is not None:
+            run.extend(batch.source_base, batch.next_offset, target_base)
+        if tally is not None:
+            tally.add(batch.compression, batch.record_count, batch.size,
+                      (tally_now - batch.fetched_at) * 1000,
+                      None if sp.high_watermark < 0
+                      else max(0, sp.high_watermark - sp.offsets.committed))
         batch.done = True
         lease = batch.lease
         if lease is not None:
@@ -188,4 +212,3 @@ def ack_batches(partitions: dict, acked: list[tuple[Any, int | None]]) -> int:
         batch.view = None
         batch.rest = None
     return len(acked)
-

@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import IO, Any, Protocol, runtime_checkable
 
 import psutil
@@ -99,16 +98,40 @@ def process_record(run_id: str, budget_bytes_in_use: int | None,
     }
 
 
-@dataclass
-class _Aggregate:
-    target_topic: str
-    codecs: set
-    batches: int = 0
-    records: int = 0
-    compressed_bytes: int = 0
-    latency_sum_ms: float = 0.0
-    latency_max_ms: float = 0.0
-    offset_lag: int | None = None
+class AckTally:
+    """One source partition's acknowledged batches since the last flow record: what the record
+    sums. The engine's native acknowledgement loop adds to it at its slots
+    (``native/_cloops.pyx``; the partition's ``ack_tally``), ``FlowRecorder.batch_acked`` for
+    the batches that loop hands back. ``codecs`` is a bit mask of compression codes."""
+
+    __slots__ = ("target_topic", "codecs", "batches", "records", "compressed_bytes",
+                 "latency_sum_ms", "latency_max_ms", "offset_lag")
+
+    def __init__(self, target_topic: str) -> None:
+        self.target_topic = target_topic
+        self.reset()
+
+    def reset(self) -> None:
+        self.codecs = 0
+        self.batches = self.records = self.compressed_bytes = 0
+        self.latency_sum_ms = self.latency_max_ms = 0.0
+        self.offset_lag: int | None = None
+
+    def add(self, compression: int, records: int, compressed_bytes: int, latency_ms: float,
+            offset_lag: int | None) -> None:
+        self.codecs |= 1 << compression
+        self.batches += 1
+        self.records += records
+        self.compressed_bytes += compressed_bytes
+        self.latency_sum_ms += latency_ms
+        self.latency_max_ms = max(self.latency_max_ms, latency_ms)
+        self.offset_lag = offset_lag
+
+    @property
+    def codec(self) -> str:
+        """The codec's name, or "mixed" for several."""
+        codes = [code for code in range(8) if self.codecs >> code & 1]
+        return COMPRESSION_NAMES.get(codes[0], "mixed") if len(codes) == 1 else "mixed"
 
 
 class FlowRecorder:
@@ -120,23 +143,29 @@ class FlowRecorder:
         self.base = {"run_id": run_id, "flow": flow, "source_cluster": source_cluster,
                      "target_cluster": target_cluster, "mode": mode}
         self.interval_s = interval_s
-        self._pending: dict[tuple[str, int], _Aggregate] = {}
+        #: Kept across flushes (reset in place): the engine's partitions hold them.
+        self._tallies: dict[tuple[str, int], AckTally] = {}
         self._last_flush = time.monotonic()
+
+    @property
+    def per_interval(self) -> bool:
+        """Whether batches are summed per interval (else one record per batch): then the
+        engine's native loop may add to the tallies itself."""
+        return self.interval_s > 0
+
+    def tally(self, topic: str, partition: int, target_topic: str) -> AckTally:
+        """The tally of source partition ``topic``/``partition`` (its records name
+        ``target_topic``, the topic its first batch went to: a flow's mapping is fixed)."""
+        tally = self._tallies.get((topic, partition))
+        if tally is None:
+            tally = self._tallies[(topic, partition)] = AckTally(target_topic)
+        return tally
 
     def batch_acked(self, topic: str, partition: int, target_topic: str, *, compression: int,
                     records: int, compressed_bytes: int, latency_ms: float,
                     offset_lag: int | None) -> None:
-        key = (topic, partition)
-        agg = self._pending.get(key)
-        if agg is None:
-            agg = self._pending[key] = _Aggregate(target_topic, set())
-        agg.codecs.add(compression)
-        agg.batches += 1
-        agg.records += records
-        agg.compressed_bytes += compressed_bytes
-        agg.latency_sum_ms += latency_ms
-        agg.latency_max_ms = max(agg.latency_max_ms, latency_ms)
-        agg.offset_lag = offset_lag
+        self.tally(topic, partition, target_topic).add(
+            compression, records, compressed_bytes, latency_ms, offset_lag)
         if self.interval_s <= 0:
             self.flush()
 
@@ -146,18 +175,18 @@ class FlowRecorder:
 
     def flush(self) -> None:
         now = time.time()
-        for (topic, partition), agg in self._pending.items():
-            codec = (COMPRESSION_NAMES.get(next(iter(agg.codecs)), "mixed")
-                     if len(agg.codecs) == 1 else "mixed")
+        for (topic, partition), tally in self._tallies.items():
+            if not tally.batches:
+                continue
             self.sink.emit({
                 "kind": schema.FLOW, "time": now, **self.base, "topic": topic,
-                "partition": partition, "target_topic": agg.target_topic, "codec": codec,
-                "batches": agg.batches, "records": agg.records,
-                "compressed_bytes": agg.compressed_bytes, "uncompressed_bytes": None,
-                "latency_ms": agg.latency_sum_ms / agg.batches,
-                "latency_ms_max": agg.latency_max_ms, "offset_lag": agg.offset_lag,
+                "partition": partition, "target_topic": tally.target_topic,
+                "codec": tally.codec, "batches": tally.batches, "records": tally.records,
+                "compressed_bytes": tally.compressed_bytes, "uncompressed_bytes": None,
+                "latency_ms": tally.latency_sum_ms / tally.batches,
+                "latency_ms_max": tally.latency_max_ms, "offset_lag": tally.offset_lag,
             })
-        self._pending.clear()
+            tally.reset()
         self._last_flush = time.monotonic()
 
 
@@ -188,6 +217,16 @@ class EngineMetrics:
             self.flows.maybe_flush()
             if not isinstance(self.sink, NullMetricsSink):
                 self.sink.emit(process_record(self.run_id, self.budget.in_use_bytes))
+
+    @property
+    def tallied(self) -> bool:
+        """Whether the engine's native acknowledgement loop may add to the partitions' tallies
+        itself: records go somewhere, summed per interval."""
+        return self.recording and self.flows.per_interval
+
+    def tally_of(self, batch: Any) -> AckTally:
+        """The tally of ``batch``'s source partition (for its ``ack_tally``)."""
+        return self.flows.tally(batch.topic, batch.partition, batch.target_topic or batch.topic)
 
     def batch_acked(self, batch: Any, sp: Any) -> None:
         """One acknowledged ``FetchedBatch`` of source partition ``sp`` (its lag after it)."""

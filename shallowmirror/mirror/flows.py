@@ -180,7 +180,9 @@ class FlowRunner:
                 hooks.partitions_assigned.add(self._note_assigned)
                 hooks.target_partition_unknown.add(self._remote_partition_unknown)
                 if self.offset_syncs is not None:
-                    hooks.batch_acknowledged.add(self.offset_syncs.on_batch_ack)
+                    # The writer's run maps: the engine extends them itself for a usual batch.
+                    hooks.batch_acknowledged.add(self.offset_syncs.on_batch_ack,
+                                                 runs=self.offset_syncs.table.partition)
             return engine
         from shallowmirror.mirror.deep import DeepFlowRunner
 

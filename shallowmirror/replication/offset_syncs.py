@@ -113,7 +113,6 @@ class OffsetSyncWriter:
         self.table = SyncTable()
         self.anchors_written = 0
         self.ends_written = 0
-        self._dirty: set[tuple[str, int]] = set()
         self._writer: TopicWriter | None = None
         self._lock = threading.Lock()
 
@@ -131,7 +130,7 @@ class OffsetSyncWriter:
             syncs = self.table.partition(ack.source_topic, ack.source_partition)
             anchors = syncs.add_batch(ack.source_base, ack.source_next, ack.target_base,
                                       ack.record_offsets)
-            self._dirty.add((ack.source_topic, ack.source_partition))
+            syncs.moved = True
             for anchor in anchors:
                 self._write(ack.source_topic, ack.source_partition, anchor, end=False)
 
@@ -145,11 +144,14 @@ class OffsetSyncWriter:
             self.anchors_written += 1
 
     def flush_ends(self) -> None:
-        """Write the end sync of every partition that moved since the last call."""
+        """Write the end sync of every partition that moved since the last call (by the hook
+        or by the engine itself: ``engine.hooks.AckRun.moved``)."""
         with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            for topic, partition in sorted(dirty):
-                end = self.table.partition(topic, partition).end
+            moved = sorted(tp for tp, syncs in self.table.partitions.items() if syncs.moved)
+            for topic, partition in moved:
+                syncs = self.table.partitions[(topic, partition)]
+                syncs.moved = False
+                end = syncs.end
                 if end is not None:
                     self._write(topic, partition, end, end=True)
 

@@ -47,26 +47,29 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import NamedTuple
+
+from shallowmirror.engine.hooks import AckRun, RunPoint
 
 TP = tuple[str, int]
 
 
-class Sync(NamedTuple):
-    """Source offset ``upstream`` is (or, for an end sync, will be) target offset
-    ``downstream``. A tuple: an end sync is made per acknowledged batch."""
-
-    upstream: int
-    downstream: int
+#: Source offset ``upstream`` is (or, for an end sync, will be) target offset ``downstream``.
+#: A tuple (an end sync is made per acknowledged batch), the engine's own (``RunPoint``): it
+#: moves the end of a run itself.
+Sync = RunPoint
 
 
-class PartitionSyncs:
-    """The exact translation map of one source partition (see the module drawing)."""
+class PartitionSyncs(AckRun):
+    """The exact translation map of one source partition (see the module drawing). As an
+    ``AckRun`` (its last anchor also kept as two ints, and its end), the engine can move the
+    end of the current run itself (``add(..., runs=)`` in ``engine.hooks``)."""
+
+    __slots__ = ("_ups", "_downs")
 
     def __init__(self) -> None:
+        super().__init__()
         self._ups: list[int] = []
         self._downs: list[int] = []
-        self.end: Sync | None = None
 
     def __len__(self) -> int:
         return len(self._ups)
@@ -82,6 +85,7 @@ class PartitionSyncs:
         del self._ups[index:], self._downs[index:]
         self._ups.append(sync.upstream)
         self._downs.append(sync.downstream)
+        self.run_upstream, self.run_downstream = sync
         # The end described the run before this anchor, or an older copy of these offsets.
         self.end = None
 
@@ -103,14 +107,10 @@ class PartitionSyncs:
         batch was re-packed (compacted: not every offset holds a record). Returns the new
         anchors (what the offset-syncs topic must receive)."""
         assert source_next > source_base, f"empty batch {source_base}..{source_next}"
-        ups = self._ups
-        if (record_offsets is None and ups and source_base > ups[-1]
-                and self._downs[-1] + (source_base - ups[-1]) == target_base
-                and (self.end is None or self.end.upstream >= source_base
-                     or self.end.downstream == target_base)):
+        if record_offsets is None and self.extends(source_base, target_base):
             # The usual batch continues the current run: no anchor, only a new end (what the
             # general rule below decides for it, without its per-record loop).
-            self.end = Sync(source_next, target_base + (source_next - source_base))
+            self.extend(source_base, source_next, target_base)
             return []
         offsets: Sequence[int] = record_offsets if record_offsets is not None else (source_base,)
         added: list[Sync] = []

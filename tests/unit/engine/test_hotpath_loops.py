@@ -11,6 +11,7 @@ partition recovering, abandoned or awaited batches, duplicates, oversized heads)
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from types import SimpleNamespace
 
@@ -22,9 +23,11 @@ from shallowmirror.codec import records as records_twin
 from shallowmirror.engine import hotpath, loops
 from shallowmirror.engine.batch import FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
+from shallowmirror.engine.metrics import AckTally, FlowRecorder, ListMetricsSink
 from shallowmirror.engine.offsets import OffsetMap, PartitionOffsets
 from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES, Rotation
 from shallowmirror.engine.sink import TargetPartitionQueue
+from shallowmirror.replication.translation import PartitionSyncs, Sync
 
 native = pytest.importorskip("shallowmirror.engine._cloops")
 IMPLEMENTATIONS = {"python": loops, "native": native}
@@ -32,15 +35,16 @@ TOPICS = ("orders", "zahlungen-\u00fcber")   # a name whose UTF-8 bytes outnumbe
 SEEDS = range(60)
 
 
-def _views(records: int, size: int, n: int) -> list:
-    """``n`` real v2 batches of ``records`` records, split from one buffer."""
+def _views(records: int, size: int, n: int, first: int = 0) -> list:
+    """``n`` real v2 batches of ``records`` records from offset ``first``, split from one
+    buffer."""
     data = bytearray()
     for i in range(n):
         builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 24)
         for r in range(records):
             builder.append(r, 1_700_000_000_000, None, b"v" * size, [])
         built = bytearray(builder.build())
-        built[0:8] = (i * records).to_bytes(8, "big")
+        built[0:8] = (first + i * records).to_bytes(8, "big")
         data += built
     return list(codec.split_batches(bytes(data), verify_crc=False).batches)
 
@@ -277,6 +281,184 @@ def test_ack_batches_agree(seed: int) -> None:
 
     results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
     assert results["native"] == results["python"]
+
+
+def _runs_world(seed: int) -> tuple[dict, list, list]:
+    """Source partitions whose ``batch_acknowledged`` callback gave run maps (or not yet), and
+    acknowledgements that continue a run, jump, repeat it, or carry re-packed records."""
+    rnd = random.Random(seed)
+    budget = ByteBudget(1 << 30)
+    sps: dict = {}
+    acked: list = []
+    runs: list = []
+    for p in range(rnd.randint(1, 5)):
+        first = 0 if rnd.random() < 0.1 else 10
+        sp = SourcePartition("orders", p, first, OffsetMap())
+        records = rnd.randint(1, 4)
+        views = _views(records, 10, rnd.randint(1, 6), first)
+        lease = FrameLease(budget, 1000)
+        batches = [FetchedBatch("orders", p, v, lease, v.base_offset, v.next_offset)
+                   for v in views]
+        lease.hold(len(batches))
+        sp.offsets.add_batches(batches)
+        sps[("orders", p)] = sp
+        run = None
+        if rnd.random() < 0.95:
+            run = PartitionSyncs()
+            if rnd.random() < 0.9:      # an anchor at or before the first batch, maybe an end
+                up = rnd.choice((0, 3, 3, first))
+                run.add_anchor(Sync(up, 500 + up))
+                if rnd.random() < 0.5:
+                    end_up = rnd.choice((up, first, first + 1, first + records))
+                    run.set_end(Sync(end_up, 900 if rnd.random() < 0.2 else 500 + end_up))
+        sp.ack_run = run
+        runs.append(run)
+        target = 500
+        for b in batches:
+            if rnd.random() < 0.04:
+                b.record_offsets = tuple(range(b.source_base, b.next_offset))
+            jump = rnd.random()
+            if jump < 0.04:
+                target += 7                                  # a target-side jump
+            elif jump < 0.06:
+                target -= 1                                  # written twice
+            acked.append((b, None if rnd.random() < 0.02 else target + b.source_base))
+    # Partitions interleave as a response's batches do; each partition's stay in order.
+    rnd.shuffle(acked)
+    order = {id(b): b.source_base for b, _ in acked}
+    per_tp: dict = {}
+    for b, t in acked:
+        per_tp.setdefault(b.partition, []).append((b, t))
+    for items in per_tp.values():
+        items.sort(key=lambda item: order[id(item[0])])
+    cursor = {tp: iter(items) for tp, items in per_tp.items()}
+    acked = [next(cursor[b.partition]) for b, _ in acked]
+    return sps, acked, runs
+
+
+def _runs_state(sps: dict, acked: list, runs: list) -> tuple:
+    return ([None if r is None else (r.run_upstream, r.run_downstream, r.end, r.moved,
+                                     r.anchors) for r in runs],
+            {tp: (sp.offsets.committed, sp.offsets.offset_map.rows(), sp.records, sp.batches,
+                  sp.ack_run is None) for tp, sp in sps.items()},
+            [(b.done, b.acked, b.lease is None) for b, _ in acked])
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_ack_batches_following_runs_agree(seed: int) -> None:
+    """With the only callback's run maps (``follow_runs``), both builds stop at the same batch:
+    the first that does not simply extend its partition's run, or whose partition has no run
+    map yet; the batches before it move their run's end exactly as the callback would."""
+    def run(impl) -> tuple:
+        sps, acked, runs = _runs_world(seed)
+        done = impl.ack_batches(sps, acked, True)
+        return done, _runs_state(sps, acked, runs)
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_a_followed_run_ends_where_the_callback_would_put_it(seed: int) -> None:
+    """What the loop applies to a run map equals what ``PartitionSyncs.add_batch`` (the offset
+    syncs' callback) does for the same batches: ends, anchors (none: the loop takes only
+    batches that add none) and the moved mark."""
+    sps, acked, runs = _runs_world(seed)
+    by_callback = {id(r): copy.deepcopy(r) for r in runs if r is not None}
+    done = hotpath.ack_batches(sps, acked, True)
+    for batch, target in acked[:done]:
+        expected = by_callback[id(sps[("orders", batch.partition)].ack_run)]
+        assert expected.add_batch(batch.source_base, batch.next_offset, target,
+                                  batch.record_offsets) == []
+    for r in runs:
+        if r is not None:
+            twin = by_callback[id(r)]
+            assert (r.end, r.anchors, r.run_upstream, r.run_downstream) == (
+                twin.end, twin.anchors, twin.run_upstream, twin.run_downstream)
+            assert r.moved == twin.moved
+
+
+def _tallied(seed: int) -> tuple[dict, list, list]:
+    """``_runs_world`` with metrics tallies on most partitions (``metrics.AckTally``), a known
+    high watermark or none, fetch times and codecs."""
+    rnd = random.Random(seed + 1000)
+    sps, acked, runs = _runs_world(seed)
+    for sp in sps.values():
+        sp.high_watermark = rnd.choice((-1, 0, 40, 400))
+        if rnd.random() < 0.9:
+            sp.ack_tally = AckTally(f"A.{sp.topic}")
+            sp.ack_tally.latency_max_ms = rnd.choice((0.0, 2500.0))
+    for batch, _ in acked:
+        batch.fetched_at = rnd.choice((97.5, 99.0, 99.999))
+        batch.compression = rnd.choice((1, 3, 4))
+    return sps, acked, runs
+
+
+def _tallies(sps: dict) -> dict:
+    return {tp: None if sp.ack_tally is None else (
+        sp.ack_tally.target_topic, sp.ack_tally.codecs, sp.ack_tally.batches,
+        sp.ack_tally.records, sp.ack_tally.compressed_bytes, sp.ack_tally.latency_sum_ms,
+        sp.ack_tally.latency_max_ms, sp.ack_tally.offset_lag) for tp, sp in sps.items()}
+
+
+@pytest.mark.parametrize("follow_runs", [False, True])
+@pytest.mark.parametrize("seed", range(80))
+def test_ack_batches_adding_to_metrics_tallies_agree(seed: int, follow_runs: bool) -> None:
+    """Recording metrics (``tally_now``), both builds add the same batches to the same tallies
+    (codecs, counts, latency since the fetch, lag after the batch) and hand back a partition
+    without one."""
+    def run(impl) -> tuple:
+        sps, acked, runs = _tallied(seed)
+        done = impl.ack_batches(sps, acked, follow_runs, 100.0)
+        return done, _tallies(sps), _runs_state(sps, acked, runs)
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+def test_a_tally_sums_what_the_per_batch_recorder_sums() -> None:
+    """The loop's tally gives the flow record ``FlowRecorder.batch_acked`` gives per batch."""
+    sps, acked, _ = _tallied(5)
+    for sp in sps.values():
+        sp.ack_run = None
+        sp.ack_tally = AckTally(f"A.{sp.topic}")
+    done = hotpath.ack_batches(sps, acked, False, 100.0)
+    assert done == len(acked) > 3
+    by_loop, by_recorder = ListMetricsSink(), ListMetricsSink()
+    for sink in (by_loop, by_recorder):
+        recorder = FlowRecorder(sink, run_id="r", flow="A->B", source_cluster="A",
+                                target_cluster="B", interval_s=1.0)
+        if sink is by_loop:
+            recorder._tallies = {tp: sp.ack_tally for tp, sp in sps.items()}
+        else:
+            _, again, _ = _tallied(5)
+            for batch, _target in again:
+                sp = sps[(batch.topic, batch.partition)]
+                # A record keeps the last batch's lag: the partition's, once all are in.
+                lag = None if sp.high_watermark < 0 else max(
+                    0, sp.high_watermark - sp.offsets.committed)
+                recorder.batch_acked(
+                    batch.topic, batch.partition, f"A.{batch.topic}",
+                    compression=batch.compression, records=batch.record_count,
+                    compressed_bytes=batch.size, latency_ms=(100.0 - batch.fetched_at) * 1000,
+                    offset_lag=lag)
+        recorder.flush()
+
+    def comparable(records: list) -> list:
+        return sorted((r["partition"], r["codec"], r["batches"], r["records"],
+                       r["compressed_bytes"], round(r["latency_ms"], 6),
+                       r["latency_ms_max"], r["offset_lag"]) for r in records)
+    assert comparable(by_loop.records) == comparable(by_recorder.records)
+    assert len(by_loop.records) == len(sps)
+
+
+def test_following_runs_hands_back_a_partition_without_its_run_map() -> None:
+    for impl in IMPLEMENTATIONS.values():
+        sps, acked, _ = _runs_world(3)
+        for sp in sps.values():
+            sp.ack_run = None
+        assert impl.ack_batches(sps, acked, True) == 0
+        assert impl.ack_batches(sps, acked, False) > 0
 
 
 def test_a_run_of_acknowledgements_extends_one_offset_map_row_and_frees_the_frame() -> None:
