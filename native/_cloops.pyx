@@ -381,29 +381,83 @@ cdef int _generic_answer_fields(object part, AnswerFields *out) except -1:
     return 0
 
 
-def settle_picks(sink, list picks, response, list acked):
-    """Apply a Produce answer's usual outcome; see ``loops.settle_picks``."""
-    cdef dict by_tp = {}
+# Answers with at most this many partitions are matched to their picks by scanning (the
+# answer's order is the broker's: Kafka's follows a hash map); larger ones through a dict.
+cdef enum:
+    _SCAN_PARTS = 64
+
+cdef struct _Part:
+    PyObject *topic                 # borrowed: the answer holds it
+    PyObject *part
+    AnswerFields fields
+
+
+cdef Py_ssize_t _flatten_answer(object response, _Part *out) except -2:
+    """The answer's partitions into ``out`` (their fields read once), in answer order; -1 when
+    there are more than ``_SCAN_PARTS``."""
+    cdef Py_ssize_t n = 0
     cdef AnswerFields af
     for item in response.topics:
         topic, parts = <tuple>item
         for part in parts:
+            if n == _SCAN_PARTS:
+                return -1
             if _answer_fields == NULL or not _answer_fields(part, &af):
                 _generic_answer_fields(part, &af)
-            by_tp[(topic, af.partition)] = part
+            out[n].topic = <PyObject *>topic
+            out[n].part = <PyObject *>part
+            out[n].fields = af
+            n += 1
+    return n
+
+
+cdef Py_ssize_t _find_part(_Part *parts, Py_ssize_t n, object topic, int32_t partition
+                           ) except -2:
+    """The index of ``topic``/``partition`` in ``parts``, the last one if it came twice (as a
+    dict of them would keep it), or -1."""
+    cdef Py_ssize_t i
+    for i in range(n - 1, -1, -1):
+        if parts[i].fields.partition == partition and (
+                parts[i].topic == <PyObject *>topic or <object>parts[i].topic == topic):
+            return i
+    return -1
+
+
+def settle_picks(sink, list picks, response, list acked):
+    """Apply a Produce answer's usual outcome; see ``loops.settle_picks``."""
+    cdef _Part parts[_SCAN_PARTS]
+    cdef Py_ssize_t n = _flatten_answer(response, parts)
+    cdef dict by_tp = None
+    cdef AnswerFields af
+    if n < 0:                       # a large answer: its partitions by target partition
+        by_tp = {}
+        for item in response.topics:
+            topic, answer_parts = <tuple>item
+            for part in answer_parts:
+                if _answer_fields == NULL or not _answer_fields(part, &af):
+                    _generic_answer_fields(part, &af)
+                by_tp[(topic, af.partition)] = part
     cdef dict partitions = sink.partitions
     cdef list rest = []
     cdef int code
+    cdef Py_ssize_t at
     cdef Py_ssize_t *q = _QUEUE.off
     cdef Py_ssize_t *b = _BATCH.off
     for pick in picks:
         ttp, batch = <tuple>pick
-        part = by_tp.get(ttp)
-        if part is None:
-            rest.append(pick)
-            continue
-        if _answer_fields == NULL or not _answer_fields(part, &af):
-            _generic_answer_fields(part, &af)
+        if by_tp is None:
+            at = _find_part(parts, n, (<tuple>ttp)[0], <int32_t>(<tuple>ttp)[1])
+            if at < 0:
+                rest.append(pick)
+                continue
+            af = parts[at].fields
+        else:
+            part = by_tp.get(ttp)
+            if part is None:
+                rest.append(pick)
+                continue
+            if _answer_fields == NULL or not _answer_fields(part, &af):
+                _generic_answer_fields(part, &af)
         code = af.error_code
         tq = partitions[ttp]
         _check(_QUEUE, tq)
@@ -417,7 +471,7 @@ def settle_picks(sink, list picks, response, list acked):
             _set(tq, q[Q_ACKED_PRODUCER_ID], _get(batch, b[B_PRODUCER_ID]))
             _set(tq, q[Q_ACKED_PRODUCER_EPOCH], _get(batch, b[B_PRODUCER_EPOCH]))
         acked.append((batch, PyLong_FromLongLong(af.base_offset) if code == 0 else None))
-    return by_tp, rest
+    return rest
 
 
 # ---- acknowledging ----------------------------------------------------------------------------
@@ -537,7 +591,7 @@ def ack_batches(dict partitions, list acked, bint follow_runs=False, double tall
     cdef Py_ssize_t *b = _BATCH.off
     cdef Py_ssize_t *s = _PARTITION.off
     cdef Py_ssize_t *r = _RUN.off
-    cdef int64_t source_base, next_offset, target
+    cdef int64_t source_base = 0, next_offset, target = 0
     for i in range(n):
         batch, target_base = <tuple>acked[i]
         _check(_BATCH, batch)

@@ -6,6 +6,7 @@ the brokers' CPU, and peak RSS against buffer.memory.
         [--set KEY=VALUE ...] [--mirror-set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
         [--broker tansu|kafka] [--kafka-home DIR] [--value-bytes 200]
         [--batch-bytes 1000000 | 16384,262144] [--partitions 8] [--baseline DIR]
+        [--process engine|mirror]
 
 Per codec and producer ``batch.size`` (``--batch-bytes``, uncompressed bytes as librdkafka counts
 them; several sizes give one row each, side by side on the same brokers): load N records
@@ -24,6 +25,11 @@ times, side by side:
    Both ends are read the way each broker answers correctly (tansu: a Fetch past the end; Kafka,
    which answers that with OFFSET_OUT_OF_RANGE and no high watermark: ListOffsets), and the
    source's ends must add up to the records loaded, so a mirror phase cannot "finish" at once.
+   ``--process mirror`` runs what users run instead: ``python -m shallowmirror mirror`` on an
+   mm2.properties with one flow from a new source alias (so a new remote topic, ``<alias>.<topic>``
+   as the engine phase names it) with MM2's defaults (consumer group, offset syncs, checkpoints,
+   heartbeats, the metrics its status lines use), timed from its "first record on the target"
+   log line (start-up and group join left out) to the same end; its CPU is the whole process's.
 With ``--baseline DIR`` the produce-only and mirror phases also run with ``PYTHONPATH=DIR`` (an
 exported older tree, e.g. ``git archive <commit> shallowmirror | tar -x -C DIR`` plus its built
 codec), interleaved with the current code's runs on the same topics and brokers (which code
@@ -273,6 +279,51 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
     return result
 
 
+def mirror_process_run(source: str, target: str, topic: str, prefix: str,
+                       ends: dict[int, int], buffer_memory: int, broker_pids: list[int],
+                       sets: list[str], pythonpath: str | None = None) -> dict:
+    """``mirror_run`` for ``shallowmirror mirror``: flow ``<prefix>->B`` of ``topic``."""
+    import tempfile
+    import threading
+
+    watcher = HighWatermarks(target, f"{prefix}.{topic}")
+    if any(watcher.read().values()):
+        raise RuntimeError(f"{prefix}.{topic} is not empty before the mirror starts")
+    flow = f"{prefix}->B"
+    lines = [f"clusters = {prefix}, B", f"{prefix}.bootstrap.servers = {source}",
+             f"B.bootstrap.servers = {target}", f"{flow}.enabled = true",
+             f"{flow}.topics = {topic}", f"{flow}.buffer.memory = {buffer_memory}"]
+    lines += [f"{flow}.{key} = {value}" for key, _, value in (s.partition("=") for s in sets)]
+    with tempfile.TemporaryDirectory() as tmp:
+        props = os.path.join(tmp, "mm2.properties")
+        with open(props, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        cmd = [sys.executable, "-m", "shallowmirror", "mirror", props, "--log-level", "INFO",
+               "--status-interval", "0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=_env(pythonpath), cwd=pythonpath)
+        started = threading.Event()
+        said: list[bytes] = []
+
+        def read_log() -> None:          # drained to the end: a full pipe would stall it
+            for line in proc.stderr:
+                said.append(line)
+                if b"first record on the target" in line:
+                    started.set()
+
+        threading.Thread(target=read_log, daemon=True).start()
+        try:
+            while not started.wait(0.05):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"mirror exited with status {proc.returncode}: "
+                                       f"{b''.join(said[-20:]).decode(errors='replace')}")
+            return _watch_mirror(proc, watcher, ends, broker_pids)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+            watcher.close()
+
+
 def _records_for(spec: str, codec: str) -> int:
     if "=" not in spec:
         return int(spec)
@@ -303,6 +354,9 @@ def main() -> int:
                         help="also run produce-only and mirror with PYTHONPATH=DIR (an older "
                              "tree), interleaved: before/after side by side")
     parser.add_argument("--value-bytes", type=int, default=200, help="record value size")
+    parser.add_argument("--process", choices=("engine", "mirror"), default="engine",
+                        help="mirror phase: the engine alone (python -m shallowmirror.engine.run)"
+                             " or what users run (shallowmirror mirror, one flow)")
     parser.add_argument("--batch-bytes", default="1000000",
                         help="producer batch.size of the loaded topic; a comma list gives one "
                              "row per size (e.g. 16384,262144)")
@@ -322,7 +376,8 @@ def main() -> int:
     print(f"brokers {flavor}; codec impl {codec_impl.IMPLEMENTATION}; records {args.records}; "
           f"buffer.memory "
           f"{args.buffer_memory}; partitions {args.partitions}; repeat {args.repeat}; "
-          f"settings {args.set}; mirror settings {args.mirror_set}; "
+          f"settings {args.set}; mirror settings {args.mirror_set}; mirror process "
+          f"{args.process}; "
           f"load average {os.getloadavg()[0]:.1f}; host reference {host_reference:.0f} us")
     variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
     print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
@@ -348,6 +403,7 @@ def main() -> int:
                        "batches": total_batches, "broker": flavor,
                        "buffer_memory": args.buffer_memory, "settings": args.set,
                        "mirror_settings": args.mirror_set, "repeat": rep,
+                       "process": args.process,
                        "codec_impl": codec_impl.IMPLEMENTATION,
                        "load_average": os.getloadavg()[0],
                        "host_reference_us": host_reference}
@@ -370,8 +426,14 @@ def main() -> int:
                                           partitions=args.partitions))
                     spy = (os.path.join(args.py_spy, f"{codec}-{batch_bytes}-{name}-{rep}.txt")
                            if args.py_spy else None)
-                    mr = mirror_run(source, target, topic, prefix, ends, args.buffer_memory,
-                                    broker_pids, args.set + args.mirror_set, spy, pythonpath)
+                    if args.process == "mirror":
+                        mr = mirror_process_run(source, target, topic, prefix, ends,
+                                                args.buffer_memory, broker_pids,
+                                                args.set + args.mirror_set, pythonpath)
+                    else:
+                        mr = mirror_run(source, target, topic, prefix, ends,
+                                        args.buffer_memory, broker_pids,
+                                        args.set + args.mirror_set, spy, pythonpath)
                     run["mirror"] = mr
                     run["mirror_mb_s"] = total_bytes / 1e6 / mr["wall_s"]
                     run["cpu_s_per_gb"] = mr["cpu_s"] / (total_bytes / 1e9)

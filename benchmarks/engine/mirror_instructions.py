@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/engine/mirror_instructions.py --broker kafka \
         --kafka-home "$KAFKA_HOME" [--records 1000000] [--batch-bytes 16384,262144] \
-        [--partitions 8] [--baseline DIR]
+        [--partitions 8] [--baseline DIR] [--process engine|mirror]
 
 ``hotpath_instructions.py`` counts the engine alone (fake clusters, no sockets). This counts the
 whole mirror process as ``bench_mirror.py`` runs it (``python -m shallowmirror.engine.run``,
@@ -21,6 +21,12 @@ slower than the brokers, so every answer is already there when it wakes: request
 per batch are the fewest the code allows, not what a run at full speed makes. Compare trees
 side by side (``--baseline``), not against timed figures. Needs valgrind; a few minutes per
 tree and size.
+
+``--process mirror`` counts what users run instead: ``shallowmirror mirror`` on an
+mm2.properties with one flow (MM2's defaults: offset syncs, checkpoints, heartbeats, metrics for
+its status lines) and ``--exit-when-caught-up``, counted from its start to its exit (its start-up
+and shutdown are the same for both topics, so the difference leaves them out; "fixed" is then
+all of that). Each run's source alias is new, so its remote topic is too.
 """
 
 from __future__ import annotations
@@ -95,6 +101,41 @@ def count_mirror(source: str, target: str, topic: str, partitions: int,
         return int(found.group(1))
 
 
+def count_mirror_process(source: str, target: str, topic: str, partitions: int,
+                         ends: dict[int, int], pythonpath: str) -> int:
+    """User-space instructions of one ``shallowmirror mirror --exit-when-caught-up`` run of a
+    one-flow mm2.properties, from its start to its exit."""
+    alias = f"S{uuid.uuid4().hex[:6]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        props = os.path.join(tmp, "mm2.properties")
+        with open(props, "w") as f:
+            f.write(f"clusters = {alias}, B\n{alias}.bootstrap.servers = {source}\n"
+                    f"B.bootstrap.servers = {target}\n{alias}->B.enabled = true\n"
+                    f"{alias}->B.topics = {topic}\n")
+        out = os.path.join(tmp, "callgrind.out")
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+               "-m", "shallowmirror", "mirror", props, "--exit-when-caught-up",
+               "--caught-up-timeout", "1800", "--log-level", "WARNING"]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env={"PYTHONHASHSEED": "0", **os.environ,
+                                   "PYTHONPATH": pythonpath},
+                              cwd=pythonpath or None, timeout=2400)
+        if done.returncode != 0:
+            raise RuntimeError(f"the mirror failed ({done.returncode}): "
+                               f"{done.stderr[-2000:].decode(errors='replace')}")
+        watcher = HighWatermarks(target, f"{alias}.{topic}")
+        try:
+            if not all(watcher.read().get(p, -1) >= end for p, end in ends.items()):
+                raise RuntimeError("the mirror exited before the target held every record")
+        finally:
+            watcher.close()
+        with open(out, "rb") as f:
+            found = _TOTALS.search(f.read())
+        if found is None:
+            raise RuntimeError("callgrind wrote no totals")
+        return int(found.group(1))
+
+
 def _load(source: str, args: argparse.Namespace, batch_bytes: int,
           records: int) -> tuple[str, dict[int, int], int, int]:
     """A new topic of ``records``: (name, end offset per partition, batches, bytes)."""
@@ -120,7 +161,12 @@ def main() -> int:
     parser.add_argument("--codec", default="lz4")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also count the tree at DIR (PYTHONPATH=DIR), on the same topics")
+    parser.add_argument("--process", choices=("engine", "mirror"), default="engine",
+                        help="the engine alone (python -m shallowmirror.engine.run, as "
+                             "bench_mirror.py runs it) or the mirror process "
+                             "(shallowmirror mirror)")
     args = parser.parse_args()
+    count = count_mirror if args.process == "engine" else count_mirror_process
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             print(f"mirror_instructions: {tool} is not installed (Debian: apt-get install "
@@ -139,15 +185,17 @@ def main() -> int:
             (_, _, big_batches, big_bytes), (_, _, small_batches, small_bytes) = loaded
             for name, path in trees:
                 big_count, small_count = (
-                    count_mirror(source, target, topic, args.partitions, ends, path)
+                    count(source, target, topic, args.partitions, ends, path)
                     for topic, ends, _batches, _size in loaded)
                 per_batch = (big_count - small_count) / (big_batches - small_batches)
                 per_mb = (big_count - small_count) / ((big_bytes - small_bytes) / 1e6)
                 fixed = small_count - per_batch * small_batches
-                print(f"{name:4} batch.size {batch_bytes:7}: {big_batches:6} batches of "
+                fixed_part = "start-up work after ready" if args.process == "engine" else \
+                    "start-up and shutdown"
+                print(f"{name:4} {args.process} batch.size {batch_bytes:7}: {big_batches:6} batches of "
                       f"{big_bytes / big_batches:8,.0f} B: {per_batch:9,.0f} instructions "
-                      f"per batch, {per_mb:9,.0f} per MB; {fixed / 1e6:5.0f}M fixed (start-up "
-                      f"work after ready), {big_count / big_batches:9,.0f} per batch with it",
+                      f"per batch, {per_mb:9,.0f} per MB; {fixed / 1e6:5.0f}M fixed ({fixed_part}), "
+                      f"{big_count / big_batches:9,.0f} per batch with it",
                       flush=True)
     return 0
 

@@ -130,17 +130,21 @@ def request_topics(picks: list[tuple[TTP, Any]]) -> list[tuple[str, list]]:
     return list(topics.items())
 
 
+def answer_by_partition(response: Any) -> dict:
+    """A decoded Produce ``response``'s partitions by target partition (a partition answered
+    twice: the last answer)."""
+    return {(topic, part.partition): part for topic, parts in response.topics for part in parts}
+
+
 def settle_picks(sink: Any, picks: list[tuple[TTP, Any]], response: Any,
-                 acked: list[tuple[Any, int | None]]) -> tuple[dict, list[tuple[TTP, Any]]]:
+                 acked: list[tuple[Any, int | None]]) -> list[tuple[TTP, Any]]:
     """Apply a decoded Produce ``response``'s usual outcome to ``picks``: each batch written
     (or already written: DUPLICATE_SEQUENCE_NUMBER) to a partition with no failure to settle
     leaves the in-flight count and goes to ``acked`` with its target offset (None when the
-    broker did not say). Returns the response's partitions by target partition and the picks
-    left to the caller (an error, no answer, a partition recovering), in pick order."""
-    by_tp = {}
-    for topic, parts in response.topics:
-        for part in parts:
-            by_tp[(topic, part.partition)] = part
+    broker did not say). Returns the picks left to the caller (an error, no answer, a partition
+    recovering), in pick order. (The native build finds a small answer's partitions by scanning
+    it, without this dict.)"""
+    by_tp = answer_by_partition(response)
     partitions = sink.partitions
     rest = []
     for pick in picks:
@@ -159,7 +163,7 @@ def settle_picks(sink: Any, picks: list[tuple[TTP, Any]], response: Any,
             tq.acked_producer_id = batch.producer_id
             tq.acked_producer_epoch = batch.producer_epoch
         acked.append((batch, part.base_offset if code == 0 else None))
-    return by_tp, rest
+    return rest
 
 
 def ack_batches(partitions: dict, acked: list[tuple[Any, int | None]],

@@ -57,6 +57,7 @@ from shallowmirror.codec.messages import PRODUCE_API_KEY
 from shallowmirror.engine import hotpath
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.config import acks_value
+from shallowmirror.engine.loops import answer_by_partition
 from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.producer_identity import ProducerIdentity
 from shallowmirror.engine.runtime import Runtime
@@ -411,9 +412,9 @@ class Sink:
         acked: list[tuple[FetchedBatch, int | None]] = []
         try:
             # The usual outcome in one call (hotpath), the rest here.
-            by_tp, rest = hotpath.settle_picks(self, picks, response, acked)
+            rest = hotpath.settle_picks(self, picks, response, acked)
             if rest:
-                self._answered(rest, by_tp, acked)
+                self._answered(rest, answer_by_partition(response), acked)
         finally:
             # One call per response (at most one batch per partition, so per partition still in
             # source order), after the queues were updated.
