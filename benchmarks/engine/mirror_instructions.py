@@ -61,6 +61,15 @@ def _callgrind_control(pid: int, switch: str) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _callgrind_total(out: str) -> int:
+    """The instructions callgrind counted, from its output file ``out``."""
+    with open(out, "rb") as f:
+        found = _TOTALS.search(f.read())
+    if found is None:
+        raise RuntimeError("callgrind wrote no totals")
+    return int(found.group(1))
+
+
 def count_mirror(source: str, target: str, topic: str, partitions: int,
                  ends: dict[int, int], pythonpath: str) -> int:
     """User-space instructions of one mirror process from "engine ready" to caught up."""
@@ -94,11 +103,7 @@ def count_mirror(source: str, target: str, topic: str, partitions: int,
             proc.send_signal(signal.SIGTERM)
             proc.wait(300)
             watcher.close()
-        with open(out, "rb") as f:
-            found = _TOTALS.search(f.read())
-        if found is None:
-            raise RuntimeError("callgrind wrote no totals")
-        return int(found.group(1))
+        return _callgrind_total(out)
 
 
 def count_mirror_process(source: str, target: str, topic: str, partitions: int,
@@ -129,11 +134,7 @@ def count_mirror_process(source: str, target: str, topic: str, partitions: int,
                 raise RuntimeError("the mirror exited before the target held every record")
         finally:
             watcher.close()
-        with open(out, "rb") as f:
-            found = _TOTALS.search(f.read())
-        if found is None:
-            raise RuntimeError("callgrind wrote no totals")
-        return int(found.group(1))
+        return _callgrind_total(out)
 
 
 def _load(source: str, args: argparse.Namespace, batch_bytes: int,

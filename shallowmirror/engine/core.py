@@ -189,6 +189,10 @@ class EngineCore:
                  f"phases done: {reached}" if reached else "clusters not reached yet")
         return False
 
+    def check_clusters(self) -> None:
+        """Called once both clusters answered (their cluster ids known), before anything is
+        fetched: a subclass raises ``ConfigError`` for a flow they make impossible."""
+
     async def _start(self) -> None:
         """Connect to both clusters, set the producer identity up, join the group and start the
         background loops; ``ready`` once done."""
@@ -198,6 +202,7 @@ class EngineCore:
         startup.mark("source metadata")
         await self.target.start()
         startup.mark("target metadata")
+        self.check_clusters()
         self.sources.start(self.source)
         await self.sinks.start(self.target)
         if self.settings["resume.from.target"] and self.routes_by_partition \

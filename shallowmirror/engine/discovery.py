@@ -58,6 +58,11 @@ class TopicDiscovery:
         self._assigned: list[TP] | None = None
         self.set_topics(topics)
 
+    @property
+    def listed(self) -> list[str] | None:
+        """The topic names when the set is a list (None: a regex or predicate)."""
+        return self._names
+
     def set_topics(self, topics: TopicsSpec) -> None:
         """Change the topic set (list, regex or predicate); discovered again at once."""
         self._filter, self._names = topic_predicate(topics)

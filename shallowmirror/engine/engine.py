@@ -14,6 +14,7 @@ from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
+from shallowmirror.errors import ConfigError, OperatorActionRequired
 
 
 def identity_mapper(topic: str) -> str:
@@ -30,6 +31,12 @@ def prefix_mapper(alias: str, separator: str = ".") -> Callable[[str], str]:
 
     mapper.__name__ = f"prefix_mapper({alias!r})"
     return mapper
+
+
+class CopyIntoItselfError(ConfigError, OperatorActionRequired):
+    """Source and target are one cluster and a topic keeps its name: each record would be read
+    back and copied again without end. Only another target or topic mapping fixes it (a flow
+    stops with it rather than restarting)."""
 
 
 class MirrorEngine(EngineCore):
@@ -56,19 +63,40 @@ class MirrorEngine(EngineCore):
     def target_partition_of(self, tp: tuple[str, int]) -> tuple[str, int]:
         return (self.topic_mapper(tp[0]), tp[1])
 
-    def _by_topic(self, batch: FetchedBatch) -> None:
-        """The router: same partition of the mapped topic (the mapping cached per topic)."""
-        target_topic = self._mapped.get(batch.topic)
+    def check_clusters(self) -> None:
+        """Refuse a listed topic that would be copied into itself: source and target are one
+        cluster (one cluster id, whatever addresses reach it) and its name is kept."""
+        for topic in self.discovery.listed or ():
+            self._refuse_copy_into_itself(topic, self.topic_mapper(topic))
+
+    def _refuse_copy_into_itself(self, topic: str, target_topic: str) -> None:
+        cluster_id = self.source.cluster_id if self.source is not None else None
+        if (target_topic != topic or cluster_id is None or self.target is None
+                or self.target.cluster_id != cluster_id):
+            return
+        raise CopyIntoItselfError(
+            f"{self.flow}: {self.source_alias} and {self.target_alias} are the same cluster "
+            f"(cluster id {cluster_id}) and topic {topic} keeps its name on the target: its "
+            "records would be read back and copied again without end; point the target at "
+            "another cluster, or keep a replication policy that renames topics")
+
+    def _target_topic(self, topic: str) -> str:
+        """``topic_mapper(topic)``, cached per topic; a topic copied into itself is refused on
+        its first batch (a pattern's topics are not known before)."""
+        target_topic = self._mapped.get(topic)
         if target_topic is None:
-            target_topic = self._mapped[batch.topic] = self.topic_mapper(batch.topic)
-        self.sinks.forward(batch, target_topic, batch.partition)     # what route() does
+            target_topic = self.topic_mapper(topic)
+            self._refuse_copy_into_itself(topic, target_topic)
+            self._mapped[topic] = target_topic
+        return target_topic
+
+    def _by_topic(self, batch: FetchedBatch) -> None:
+        """The router: same partition of the mapped topic."""
+        self.sinks.forward(batch, self._target_topic(batch.topic), batch.partition)
 
     def _by_topic_all(self, batches: list[FetchedBatch]) -> None:
         """``_by_topic`` for one source partition's batches at once (one routing decision)."""
-        topic = batches[0].topic
-        target_topic = self._mapped.get(topic)
-        if target_topic is None:
-            target_topic = self._mapped[topic] = self.topic_mapper(topic)
+        target_topic = self._target_topic(batches[0].topic)
         forward_all = getattr(self.sinks, "forward_all", None)
         if forward_all is not None:
             forward_all(batches, target_topic, batches[0].partition)

@@ -223,6 +223,36 @@ def test_identity_policy_keeps_topic_names(source_cluster, target_cluster, tmp_p
         _same(source_cluster, narrow, target_cluster, narrow)
 
 
+@pytest.mark.parametrize("topics", ["listed", "pattern"])
+def test_one_cluster_under_two_addresses_is_refused_before_a_record_is_copied(
+        source_cluster, tmp_path, unique_topic, topics):
+    """A and B are one cluster reached at two addresses (127.0.0.1 and localhost), and the
+    policy keeps names: each record would be copied onto itself without end. The cluster id
+    gives it away: refused (a listed topic at start, a pattern's on its first batch), exit 1,
+    nothing written."""
+    host, _, port = source_cluster.bootstrap.partition(":")
+    if host != "127.0.0.1" or "," in port:
+        pytest.skip("needs a one-broker cluster on 127.0.0.1, reachable as localhost too")
+    topic = unique_topic("loop")
+    _load(source_cluster, topic, records=500, partitions=2)
+    before = _count(source_cluster, topic)
+    config = tmp_path / "mm2.properties"
+    config.write_text("\n".join([
+        "clusters = A, B", f"A.bootstrap.servers = {source_cluster.bootstrap}",
+        f"B.bootstrap.servers = localhost:{port}", "A->B.enabled = true",
+        f"A->B.topics = {topic if topics == 'listed' else topic[:-3] + '.*'}",
+        "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+        f"group.id = shallowmirror-test-{uuid.uuid4().hex[:10]}",
+        *(f"{k} = {v}" for k, v in {**FAST, **group_timings(source_cluster)}.items())]) + "\n")
+    result = run_cli("mirror", str(config), "--exit-when-caught-up", "--caught-up-timeout",
+                     "60", timeout_s=120)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    assert "A and B are the same cluster (cluster id " in result.stderr, result.stderr[-3000:]
+    assert f"topic {topic} keeps its name on the target" in result.stderr
+    assert "flow A->B stopped" in result.stderr          # not restarted again and again
+    assert _count(source_cluster, topic) == before == 500
+
+
 def test_deep_path_mirrors_the_same_records(source_cluster, target_cluster, tmp_path,
                                             unique_topic):
     topic = unique_topic("deep")

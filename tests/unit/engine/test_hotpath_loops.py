@@ -263,18 +263,21 @@ def _native_part(partition: int, code: int, base: int) -> object:
 ANSWER_PARTS = {"native answers": _native_part, "other answers": _namespace_part}
 
 
+def _settled(impl, world: World) -> tuple:
+    """``impl.settle_picks`` on ``world``'s request and answer: the picks left, the
+    acknowledgements and the state after."""
+    acked: list = []
+    rest = impl.settle_picks(world.sink, world.picks, world.answer, acked)
+    return (_pick_names(world, rest),
+            [(_pick_names(world, [(None, b)])[0][1], base) for b, base in acked],
+            world.state())
+
+
 @pytest.mark.parametrize("answers", ANSWER_PARTS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_settle_picks_agree(seed: int, answers: str) -> None:
-    def run(impl) -> tuple:
-        world = World(seed, ANSWER_PARTS[answers])
-        acked: list = []
-        rest = impl.settle_picks(world.sink, world.picks, world.answer, acked)
-        return (_pick_names(world, rest),
-                [(_pick_names(world, [(None, b)])[0][1], base) for b, base in acked],
-                world.state())
-
-    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    results = {name: _settled(impl, World(seed, ANSWER_PARTS[answers]))
+               for name, impl in IMPLEMENTATIONS.items()}
     assert results["native"] == results["python"]
 
 
@@ -288,11 +291,7 @@ def test_settle_picks_agree_on_an_answer_too_large_to_scan(seed: int, answers: s
         world.answer.topics.append(
             ("elsewhere", [ANSWER_PARTS[answers](p, 0, 5) for p in range(others)]))
         world.answer.topics.reverse()
-        acked: list = []
-        rest = impl.settle_picks(world.sink, world.picks, world.answer, acked)
-        return (_pick_names(world, rest),
-                [(_pick_names(world, [(None, b)])[0][1], base) for b, base in acked],
-                world.state())
+        return _settled(impl, world)
 
     results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
     assert results["native"] == results["python"]

@@ -26,3 +26,17 @@ def test_the_engine_micro_benchmark_mirrors_every_batch():
     assert result["requests"] == 186          # one batch per partition per request
     assert result["bytes"] == result["batches"] * result["batch_bytes"]
     assert result["cpu_s"] > 0
+
+
+def test_the_micro_benchmark_runs_with_what_the_mirror_process_adds():
+    """``--offset-syncs --metrics``: the flow's offset-sync writer and the metrics the process
+    records, on the same engine."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine" / "hotpath_micro.py"), "--child",
+         "--batch-bytes", "5800", "--batches", "800", "--partitions", "4", "--offset-syncs",
+         "--metrics"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["batches"] == 4 * 186
