@@ -65,14 +65,29 @@ class MirrorEngine(EngineCore):
 
     def check_clusters(self) -> None:
         """Refuse a listed topic that would be copied into itself: source and target are one
-        cluster (one cluster id, whatever addresses reach it) and its name is kept."""
+        cluster (whatever addresses reach it) and its name is kept."""
         for topic in self.discovery.listed or ():
             self._refuse_copy_into_itself(topic, self.topic_mapper(topic))
 
+    def _one_cluster(self) -> str | None:
+        """The cluster id when source and target are one cluster: the same id and the same
+        brokers at the same advertised addresses (a cluster restored from another's disks
+        keeps its cluster id, on other hosts)."""
+        source, target = self.source, self.target
+        if source is None or target is None or source.cluster_id is None:
+            return None
+        if source.cluster_id != target.cluster_id:
+            return None
+
+        def endpoints(cluster: Any) -> set:
+            return {(b.node_id, b.host, b.port) for b in cluster.brokers.values()}
+        return source.cluster_id if endpoints(source) == endpoints(target) else None
+
     def _refuse_copy_into_itself(self, topic: str, target_topic: str) -> None:
-        cluster_id = self.source.cluster_id if self.source is not None else None
-        if (target_topic != topic or cluster_id is None or self.target is None
-                or self.target.cluster_id != cluster_id):
+        if target_topic != topic:
+            return
+        cluster_id = self._one_cluster()
+        if cluster_id is None:
             return
         raise CopyIntoItselfError(
             f"{self.flow}: {self.source_alias} and {self.target_alias} are the same cluster "
