@@ -38,6 +38,7 @@ from confluent_kafka.admin import (
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.config import FlowConfig
 from shallowmirror.mirror.filters import FORCED_TOPIC_CONFIGS
+from shallowmirror.net.probe import listener_hint
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,14 @@ class TopicSync:
         try:
             md = admin.list_topics(timeout=wait_s)
         except KafkaException as err:
+            config = self.flow.source_admin if alias == self.flow.source \
+                else self.flow.target_admin
+            hint = listener_hint(str(config.get("bootstrap.servers", "")),
+                                 str(config.get("security.protocol", "PLAINTEXT")).upper())
             raise ClusterUnreachableError(
                 f"cluster {alias} did not answer Metadata within {wait_s:.0f}s: "
-                f"{err.args[0].str() if err.args else err}") from err
+                f"{err.args[0].str() if err.args else err}"
+                + (f"; {hint}" if hint else "")) from err
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None
                 or t.error.code() == KafkaError.NO_ERROR}
 

@@ -817,14 +817,44 @@ def test_unreachable_cluster_is_retried_with_a_clear_message(tmp_path):
     from shallowmirror.testing.embedded import free_port
 
     path = tmp_path / "mm2.properties"
-    path.write_text(f"clusters = A, B\nA.bootstrap.servers = 127.0.0.1:{free_port()}\n"
+    port = free_port()
+    path.write_text(f"clusters = A, B\nA.bootstrap.servers = 127.0.0.1:{port}\n"
                     f"B.bootstrap.servers = 127.0.0.1:{free_port()}\nA->B.enabled = true\n"
                     "request.timeout.ms = 1000\n")
     result = run_cli("mirror", str(path), "--exit-when-caught-up", "--caught-up-timeout", "4",
                      timeout_s=60)
     assert result.returncode == 1
     assert "cluster A did not answer Metadata" in result.stderr
+    assert f"nothing listens at 127.0.0.1:{port}" in result.stderr
     assert "retrying in" in result.stderr
+
+
+@pytest.mark.broker_independent("no cluster: an HTTP server where one should be")
+def test_a_listener_that_is_not_kafka_is_named_as_such(tmp_path):
+    """An HTTP server where a broker should be: librdkafka says "Broker transport failure" as
+    for a dead address; the message says this one accepts connections."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        from shallowmirror.testing.embedded import free_port
+
+        port = server.server_address[1]
+        path = tmp_path / "mm2.properties"
+        path.write_text(f"clusters = A, B\nA.bootstrap.servers = 127.0.0.1:{port}\n"
+                        f"B.bootstrap.servers = 127.0.0.1:{free_port()}\nA->B.enabled = true\n"
+                        "request.timeout.ms = 1000\n")
+        result = run_cli("mirror", str(path), "--exit-when-caught-up", "--caught-up-timeout",
+                         "4", timeout_s=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 1
+    assert (f"127.0.0.1:{port} accepts connections but gave no Kafka answer: is it a Kafka "
+            "listener, and does it expect TLS or SASL (security.protocol is PLAINTEXT)?"
+            ) in result.stderr, result.stderr[-3000:]
 
 
 def test_mirror_waits_for_a_cluster_that_comes_up_later(target_cluster, tmp_path, start_broker):
