@@ -120,6 +120,7 @@ def compute(spark: SparkSession, inputs: Sequence[Path], window_s: float = 1.0) 
 
     from shallowmirror.reports import jobs
 
+    log.info("reading the records and finding their kinds")
     records = jobs.read_records(spark, [str(p) for p in inputs]).cache()
     tables: dict[str, list[Row]] = {}
     try:
