@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
+from shallowmirror.net.probe import listener_hint
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -75,9 +77,12 @@ def failure_message(alias: str, config: Mapping[str, Any], what: str,
         address = config.get("bootstrap.servers", "?")
         error = kafka_error(err)
         assert error is not None
+        # What answers there, if anything (librdkafka's error says the same for all of it).
+        hint = listener_hint(str(address),
+                             str(config.get("security.protocol", "PLAINTEXT")).upper())
         return (f"cannot reach cluster {alias} at {address}: no answer within {timeout_s:g}s "
-                f"while {what} ({error.str()}); is the cluster up and "
-                f"{alias}.bootstrap.servers right?")
+                f"while {what} ({error.str()}{'; ' + hint if hint else ''}); is the cluster up "
+                f"and {alias}.bootstrap.servers right?")
     return f"cluster {alias}: {what} failed: {describe(err)}"
 
 

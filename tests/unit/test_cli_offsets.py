@@ -49,6 +49,7 @@ def test_an_unreachable_cluster_is_named_with_its_address(tmp_path: Path, action
     assert "Traceback" not in result.stderr and "KafkaError{" not in result.stderr, result.stderr
     assert (f"shallowmirror offsets {action[0]}: cannot reach cluster {unreachable} at "
             f"127.0.0.1:{ports[unreachable]}: no answer within 1s") in result.stderr, result.stderr
+    assert f"nothing listens at 127.0.0.1:{ports[unreachable]})" in result.stderr
     assert f"{unreachable}.bootstrap.servers" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 

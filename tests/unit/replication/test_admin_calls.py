@@ -5,6 +5,8 @@ demand (a fresh Kafka cluster does it for a moment: tests/integration/test_group
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -72,12 +74,15 @@ def test_other_errors_are_not_retried() -> None:
 
 
 def test_failure_messages_name_the_cluster_and_an_unreachable_ones_address() -> None:
-    config = {"bootstrap.servers": "10.0.0.1:9092"}
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    config = {"bootstrap.servers": f"127.0.0.1:{port}"}
     timed_out = KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting"))
     assert failure_message("A", config, "reading the offsets of group 'g'", timed_out, 30) == (
-        "cannot reach cluster A at 10.0.0.1:9092: no answer within 30s while reading the "
-        "offsets of group 'g' (Failed while waiting); is the cluster up and "
-        "A.bootstrap.servers right?")
+        f"cannot reach cluster A at 127.0.0.1:{port}: no answer within 30s while reading the "
+        f"offsets of group 'g' (Failed while waiting; nothing listens at 127.0.0.1:{port}); is "
+        "the cluster up and A.bootstrap.servers right?")
     refused = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
     assert failure_message("B", config, "describing group 'g'", refused, 30) == (
         "cluster B: describing group 'g' failed: GROUP_AUTHORIZATION_FAILED: "
