@@ -41,10 +41,18 @@ def run(args: argparse.Namespace) -> int:
     # py4j logs every gateway connection at INFO; it says nothing about the report.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger().addFilter(drop_py4j_interrupt_trace)
-    from shallowmirror.reports.report import run_report
+    from shallowmirror.reports.report import ReportUsageError, run_report
+    from shallowmirror.reports.spark import master_form_problem
 
+    problem = master_form_problem(args.master)
+    if problem:
+        print(f"shallowmirror report: {problem}", file=sys.stderr)
+        return 2
     try:
         files = run_report(args.inputs, args.out, master=args.master, window_s=args.window_s)
+    except ReportUsageError as err:      # what was asked cannot be: as argparse's errors
+        print(f"shallowmirror report: {err}", file=sys.stderr)
+        return 2
     except ShallowMirrorError as err:
         print(f"shallowmirror report: {err}", file=sys.stderr)
         return 1

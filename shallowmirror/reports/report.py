@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ReportUsageError(ShallowMirrorError):
+    """What was asked cannot be: an input, ``--out`` or an option value (the CLI's exit status
+    2, as for its other usage errors; 1 is for a report that could not be made)."""
+
+
 def find_inputs(paths: Iterable[str | Path]) -> list[Path]:
     """The JSON-lines files named by ``paths`` (files as given, directories searched for *.jsonl)."""
     found: list[Path] = []
@@ -39,9 +44,9 @@ def find_inputs(paths: Iterable[str | Path]) -> list[Path]:
         else:
             missing.append(str(path))
     if missing:
-        raise ShallowMirrorError("report inputs not found: " + ", ".join(missing))
+        raise ReportUsageError("report inputs not found: " + ", ".join(missing))
     if not found:
-        raise ShallowMirrorError(
+        raise ReportUsageError(
             "no *.jsonl metrics files in " + ", ".join(str(p) for p in paths))
     return found
 
@@ -217,13 +222,13 @@ def run_report(
     :class:`ShallowMirrorError` for missing inputs or a missing Java.
     """
     if window_s <= 0:
-        raise ShallowMirrorError(f"--window-s must be positive, got {window_s}")
+        raise ReportUsageError(f"--window-s must be positive, got {window_s}")
     files = find_inputs(inputs)
     out_dir = Path(out_dir)
     created = not out_dir.exists()
     problem = dir_problem(out_dir, "--out")     # before Spark: a bad --out costs no JVM start
     if problem:
-        raise ShallowMirrorError(problem)
+        raise ReportUsageError(problem)
     try:
         return _report(files, out_dir, master, window_s, spark)
     except BaseException:

@@ -182,21 +182,30 @@ _MASTER_FORMS = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[.+\]|yar
                            r"(spark|k8s|mesos)://.+")
 
 
+def master_form_problem(master: str) -> str | None:
+    """Why ``master`` is not a Spark master URL at all (a usage error), or None."""
+    if not _MASTER_FORMS.fullmatch(master):
+        return (f"--master {master!r} is not a Spark master URL: local, local[N], local[*], "
+                "spark://HOST:PORT, yarn, k8s://..., mesos://...")
+    if master.startswith("spark://"):
+        for address in master[len("spark://"):].split(","):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                return f"--master {master!r}: {address!r} is not HOST:PORT"
+    return None
+
+
 def master_problem(master: str, timeout_s: float = 5.0) -> str | None:
     """Why ``master`` cannot work, found before a JVM starts, or None. Spark reports a bad URL
     with a Java stack trace, and an unreachable ``spark://`` master after ~80 s of retries and
     log lines; here the first is refused by its form, the second by one TCP connect to each
     of its addresses."""
-    if not _MASTER_FORMS.fullmatch(master):
-        return (f"--master {master!r} is not a Spark master URL: local, local[N], local[*], "
-                "spark://HOST:PORT, yarn, k8s://..., mesos://...")
-    if not master.startswith("spark://"):
-        return None
+    problem = master_form_problem(master)
+    if problem or not master.startswith("spark://"):
+        return problem
     reasons = []
     for address in master[len("spark://"):].split(","):
         host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            return f"--master {master!r}: {address!r} is not HOST:PORT"
         try:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
                 return None

@@ -54,3 +54,38 @@ def test_a_report_of_failed_runs_only_is_no_success(spark, tmp_path):
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Every benchmark run in the inputs failed" in html
     assert "hold no benchmark runs" not in html
+
+
+def _report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shallowmirror", "report", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_what_cannot_be_asked_is_a_usage_error_and_what_failed_is_not(tmp_path):
+    """Status 2, as argparse's own errors and `bench`'s and `load`'s: an input that is not
+    there, a folder without metrics files, an --out that is a file, a --window-s of 0, a
+    --master that is no Spark URL. Status 1: inputs with nothing to report, a Spark master that
+    does not answer. All of them before any JVM starts, in one line each."""
+    metrics = tmp_path / "run.jsonl"
+    metrics.write_text('{"kind": "flow"}\n')
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = str(tmp_path / "out")
+    cases = [
+        (2, [str(tmp_path / "missing.jsonl"), "--out", out], "report inputs not found: "),
+        (2, [str(empty), "--out", out], "no *.jsonl metrics files in "),
+        (2, [str(metrics), "--out", str(metrics)], "is a file, not a directory"),
+        (2, [str(metrics), "--out", out, "--window-s", "0"], "--window-s must be positive"),
+        (2, [str(metrics), "--out", out, "--master", "sparky://x"],
+         "is not a Spark master URL"),
+        (1, [str(tmp_path / "empty"), str(metrics), "--out", out, "--master",
+             "spark://127.0.0.1:1"], "did not answer"),
+    ]
+    not_json = tmp_path / "notes.jsonl"
+    not_json.write_text("hello\n")
+    cases.append((1, [str(not_json), "--out", out], "nothing to report in "))
+    for status, args, said in cases:
+        result = _report(*args)
+        assert (result.returncode, said in result.stderr) == (status, True), (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert not (tmp_path / "out").exists(), args
