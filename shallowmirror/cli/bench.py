@@ -208,13 +208,13 @@ def _java_problem() -> str | None:
 def _report(results: str, out_dir: str) -> bool:
     """Render the report of ``results`` into ``out_dir`` as ``shallowmirror report`` does (and
     as quietly); say where it is. False (said why) when it could not be made."""
-    from shallowmirror.cli.report import drop_py4j_interrupt_trace
+    from shallowmirror.cli.report import drop_py4j_noise
     from shallowmirror.errors import ShallowMirrorError
     from shallowmirror.reports.report import run_report
 
     # py4j logs every gateway connection at INFO; it says nothing about the report.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger().addFilter(drop_py4j_interrupt_trace)
+    logging.getLogger().addFilter(drop_py4j_noise)
     try:
         files = run_report([results], out_dir)
     except ShallowMirrorError as err:

@@ -20,7 +20,7 @@ from shallowmirror.bench.matrix import expand
 from shallowmirror.bench.runner import BenchConfig
 from shallowmirror.cli import bench as bench_cli
 from shallowmirror.cli.main import build_parser
-from shallowmirror.cli.report import drop_py4j_interrupt_trace
+from shallowmirror.cli.report import drop_py4j_noise
 
 
 def run_bench_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -136,7 +136,7 @@ def test_the_report_is_quiet_and_says_where_it_is(tmp_path, monkeypatch, capsys,
         assert bench_cli._report(str(tmp_path / "r.jsonl"), str(tmp_path / "report"))
     finally:
         py4j.setLevel(level)
-        logging.getLogger().removeFilter(drop_py4j_interrupt_trace)
+        logging.getLogger().removeFilter(drop_py4j_noise)
     assert [r for r in caplog.records if r.name.startswith("py4j")] == []
     assert f"report: {html.resolve()}" in capsys.readouterr().out
 

@@ -89,3 +89,23 @@ def test_what_cannot_be_asked_is_a_usage_error_and_what_failed_is_not(tmp_path):
         assert (result.returncode, said in result.stderr) == (status, True), (args, result.stderr)
         assert "Traceback" not in result.stderr
         assert not (tmp_path / "out").exists(), args
+
+
+def test_py4j_retrying_a_command_or_a_ctrl_c_in_it_is_not_shown():
+    """py4j's own root-logger records with tracebacks: a command sent again on a fresh
+    connection (INFO; the report then succeeded) and a Ctrl-C inside a call. Its final failure
+    (ERROR) and every record of other code still show."""
+    import logging
+
+    from shallowmirror.cli.report import drop_py4j_noise
+
+    gateway = os.path.join("site-packages", "py4j", "java_gateway.py")
+
+    def record(level: int, message: str, path: str = gateway) -> logging.LogRecord:
+        return logging.LogRecord("root", level, path, 1, message, None, None)
+
+    assert not drop_py4j_noise(record(logging.INFO, "Exception while sending command."))
+    assert not drop_py4j_noise(record(logging.ERROR, "KeyboardInterrupt while sending command."))
+    assert drop_py4j_noise(record(logging.ERROR, "Exception while sending command."))
+    assert drop_py4j_noise(record(logging.INFO, "Exception while sending command.",
+                                  path=os.path.join("shallowmirror", "x.py")))
