@@ -32,6 +32,7 @@ from shallowmirror.codec.layout import COMPRESSION_MASK as _COMPRESSION_MASK
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK as _TRANSACTIONAL_MASK
 from shallowmirror.engine.hooks import RunPoint as _RUN_POINT
 from shallowmirror.engine.loops import DUPLICATE_SEQUENCE_NUMBER as _DUPLICATE_SEQUENCE_NUMBER
+from shallowmirror.engine.loops import answer_by_partition as _answer_by_partition
 from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES
 
 cdef extern from "Python.h":
@@ -430,13 +431,7 @@ def settle_picks(sink, list picks, response, list acked):
     cdef dict by_tp = None
     cdef AnswerFields af
     if n < 0:                       # a large answer: its partitions by target partition
-        by_tp = {}
-        for item in response.topics:
-            topic, answer_parts = <tuple>item
-            for part in answer_parts:
-                if _answer_fields == NULL or not _answer_fields(part, &af):
-                    _generic_answer_fields(part, &af)
-                by_tp[(topic, af.partition)] = part
+        by_tp = _answer_by_partition(response)
     cdef dict partitions = sink.partitions
     cdef list rest = []
     cdef int code
