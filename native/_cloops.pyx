@@ -269,8 +269,11 @@ cdef object _drop_abandoned_heads(object tq):
 
 
 cdef bint _can_send(object tq, object conn, int64_t per_partition, bint idempotent,
-                    object producer_id, object producer_epoch, object loop_time) except -1:
-    """``loops.can_send`` for one partition queue (the identity read once per plan)."""
+                    object producer_id, object producer_epoch) except -1:
+    """``loops.can_send`` for one partition queue (the identity read once per plan). The loop's
+    clock is asked only for a partition in backoff: ``asyncio.get_running_loop()`` makes a
+    ``getpid`` system call on every call in Python 3.11 (its fork check), once per request
+    when it was asked per plan."""
     queue = _drop_abandoned_heads(tq)
     cdef Py_ssize_t *q = _QUEUE.off
     if not queue or _get(tq, q[Q_FAILED]):
@@ -286,7 +289,7 @@ cdef bint _can_send(object tq, object conn, int64_t per_partition, bint idempote
                            or _get(tq, q[Q_ACKED_PRODUCER_EPOCH]) != producer_epoch):
             return False
     blocked_until = _get(tq, q[Q_BLOCKED_UNTIL])
-    if blocked_until and loop_time() < blocked_until:
+    if blocked_until and asyncio.get_running_loop().time() < blocked_until:
         return False
     return True
 
@@ -321,7 +324,6 @@ def plan_picks(sink, conn):
     cdef bint idempotent = identity.idempotent
     producer_id = identity.producer_id
     producer_epoch = identity.producer_epoch
-    loop_time = asyncio.get_running_loop().time
     cdef int64_t request_bytes = _REQUEST_OVERHEAD
     cdef int64_t extra
     cdef set topics_seen = set()
@@ -329,8 +331,7 @@ def plan_picks(sink, conn):
     cdef Py_ssize_t *q = _QUEUE.off
     for key in order:
         tq = partitions[key]
-        if not _can_send(tq, conn, per_partition, idempotent, producer_id, producer_epoch,
-                         loop_time):
+        if not _can_send(tq, conn, per_partition, idempotent, producer_id, producer_epoch):
             continue
         queue = _get(tq, q[Q_QUEUE])
         batch = queue[0]
