@@ -26,6 +26,8 @@ _FETCH_VERSION = 4
 _FAR_OFFSET = 1 << 62
 _OFFSET_OUT_OF_RANGE = 1
 _CLIENT_ID = b"shallowmirror-bench"
+#: Longest single ListOffsets call into librdkafka (see ``HighWatermarks._list_offset``).
+LIST_OFFSET_CALL_S = 0.5
 
 
 @dataclass
@@ -150,23 +152,36 @@ class HighWatermarks:
                 "enable.auto.commit": False}))
         return {p: self._list_offset(TopicPartition(self.topic, p)) for p in self.partitions}
 
-    def _list_offset(self, tp, timeout_s: float = 30.0) -> int:
-        """ListOffsets "latest" of one partition, retried while the error is retriable: a topic
-        created a moment ago answers NOT_LEADER_FOR_PARTITION until its leader is known."""
+    def _list_offset(self, tp, timeout_s: float = 30.0, answer_s: float = 10.0) -> int:
+        """ListOffsets "latest" of one partition, retried while the error is retriable (for up
+        to ``timeout_s``): a topic created a moment ago answers NOT_LEADER_FOR_PARTITION until
+        its leader is known. A broker that does not answer fails it after ``answer_s``, asked
+        in calls of ``LIST_OFFSET_CALL_S``: Python sees Ctrl-C only between two calls into
+        librdkafka, so one call of ``answer_s`` held it that long."""
         from confluent_kafka import KafkaError, KafkaException
 
         not_yet = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                    KafkaError._UNKNOWN_TOPIC}
-        deadline = time.monotonic() + timeout_s
+        # What a call that saw no answer in its time reports (librdkafka: all brokers down
+        # while its connection still waits for the ApiVersions answer).
+        no_answer = {KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
+        now = time.monotonic()
+        deadline, silent_until = now + timeout_s, now + answer_s
         while True:
+            call_s = max(0.01, min(LIST_OFFSET_CALL_S, silent_until - time.monotonic()))
             try:
-                return self._fallback.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                return self._fallback.get_watermark_offsets(tp, timeout=call_s, cached=False)[1]
             except KafkaException as err:
                 error = err.args[0]
-                if not (error.retriable() or error.code() in not_yet) \
-                        or time.monotonic() > deadline:
+                now = time.monotonic()
+                if error.code() in no_answer:
+                    if now < silent_until:
+                        continue            # no answer yet: ask again (Ctrl-C is seen here)
                     raise
+                if not (error.retriable() or error.code() in not_yet) or now > deadline:
+                    raise
+                silent_until = now + answer_s       # it answered: the wait starts again
             time.sleep(0.05)
 
     def close(self) -> None:
