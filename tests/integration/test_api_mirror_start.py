@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from engine_support import group, load_topic
@@ -20,6 +18,7 @@ from engine_support import group, load_topic
 from shallowmirror.engine import mirror, mirror_async, prefix_mapper
 from shallowmirror.errors import ConfigError, ConnectionFailedError
 from shallowmirror.testing.embedded import free_port
+from shallowmirror.testing.listeners import HTTP_BAD_REQUEST, not_kafka_listener
 from shallowmirror.testing.topics import read_topic
 
 pytestmark = pytest.mark.integration
@@ -28,32 +27,6 @@ pytestmark = pytest.mark.integration
 #: cluster's reconnect.deadline.ms (120 s): a run ending within it did not wait either out.
 PROMPT_S = 10.0
 FAST = {"partition.assignment": "all", "fetch.max.wait.ms": 100}
-
-
-@contextlib.contextmanager
-def _not_kafka() -> Iterator[str]:
-    """An address that accepts connections and answers them with an HTTP error, not Kafka."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    done = threading.Event()
-
-    def serve() -> None:
-        while not done.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            with conn, contextlib.suppress(OSError):
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        done.set()
-        thread.join()
-        server.close()
 
 
 def _configs(down: str, source_cluster, target_cluster, address: str,
@@ -93,7 +66,7 @@ def test_a_cluster_that_never_answers_raises_connection_failed_naming_it(
     load_topic(source_cluster, topic, 100, partitions=1)
     with contextlib.ExitStack() as stack:
         address = (f"127.0.0.1:{free_port()}" if listener == "nothing listens"
-                   else stack.enter_context(_not_kafka()))
+                   else stack.enter_context(not_kafka_listener(HTTP_BAD_REQUEST)))
         source, target = _configs(down, source_cluster, target_cluster, address,
                                   **{"reconnect.deadline.ms": 2000})
         began = time.monotonic()

@@ -5,7 +5,6 @@ into librdkafka (which holds Python's signal handlers until it returns)."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,34 +16,14 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from shallowmirror.bench.watermarks import LIST_OFFSET_CALL_S, HighWatermarks
 from shallowmirror.rdkafka_logs import with_log_config
+from shallowmirror.testing.listeners import not_kafka_listener
 
 
 @pytest.fixture
 def silent_broker() -> Iterator[str]:
-    """127.0.0.1:<port> that accepts connections, reads what comes and never answers."""
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            accepted.append(conn)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        for conn in accepted:
-            conn.close()
-        server.close()
+    """An address that accepts connections and never answers."""
+    with not_kafka_listener() as address:
+        yield address
 
 
 def _watermarks_on(bootstrap: str) -> HighWatermarks:
