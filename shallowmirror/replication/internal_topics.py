@@ -9,6 +9,7 @@ callers run it in a thread.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,10 @@ log = logging.getLogger(__name__)
 
 #: Internal topics are small and must keep every distinct key: compacted, one partition (MM2).
 INTERNAL_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+#: ``TopicWriter.flush`` waits in slices of this long, and gives up on a cluster whose brokers
+#: have all been down (librdkafka's word, nothing delivered since) for ``GIVE_UP_DOWN_S``.
+FLUSH_SLICE_S = 0.2
+GIVE_UP_DOWN_S = 1.0
 
 
 class InternalTopicError(ShallowMirrorError):
@@ -99,14 +104,30 @@ class TopicWriter:
     def __init__(self, config: Mapping[str, Any], topic: str, *, alias: str) -> None:
         self.topic, self.alias = topic, alias
         self.failed: str | None = None
+        #: Since when librdkafka has said every broker is down, with nothing delivered since
+        #: (None: not known to be down). The engine and the cluster already warn about a lost
+        #: cluster, so this client's errors are only debug lines.
+        self._down_since: float | None = None
         conf = {**connection_keys(config), "enable.idempotence": True, "acks": "all",
-                "linger.ms": 5, "compression.type": "none"}
+                "linger.ms": 5, "compression.type": "none", "error_cb": self._client_error}
         self._producer = build_client(Producer, conf, what=f"cluster {alias} writer of {topic}")
 
+    def _client_error(self, err: KafkaError) -> None:
+        log.debug("cluster %s writer of %s: %s", self.alias, self.topic, err.str())
+        if err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
+            self._down_since = time.monotonic()
+
     def _delivered(self, err, _message) -> None:
-        if err is not None and self.failed is None:
+        if err is None:
+            self._down_since = None           # an answer: the cluster is there
+        elif self.failed is None:
             self.failed = f"cluster {self.alias}: writing {self.topic} failed: {err}"
             log.error("%s", self.failed)
+
+    def down_for_s(self) -> float | None:
+        """Seconds every broker of the cluster has been down without a delivery since, or None."""
+        since = self._down_since
+        return None if since is None else time.monotonic() - since
 
     def write(self, key: bytes, value: bytes) -> None:
         while True:
@@ -119,5 +140,15 @@ class TopicWriter:
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> int:
-        """Wait for every record written so far; returns how many are still undelivered."""
-        return self._producer.flush(timeout_s)
+        """Wait for every record written so far, up to ``timeout_s``; returns how many are still
+        undelivered. Stops waiting once every broker of the cluster has been down for
+        ``GIVE_UP_DOWN_S``: a shutdown then ends at once instead of waiting the whole timeout for
+        a cluster that is gone (what it could not write is the caller's to report)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = self._producer.flush(max(0.0, min(FLUSH_SLICE_S,
+                                                     deadline - time.monotonic())))
+            down_s = self.down_for_s()
+            if (not left or time.monotonic() >= deadline
+                    or (down_s is not None and down_s >= GIVE_UP_DOWN_S)):
+                return left

@@ -175,6 +175,12 @@ class OffsetSyncWriter:
         self.flush_ends()
         if self._writer is not None:
             left = self._writer.flush(timeout_s)
-            if left:
+            if not left:
+                return
+            down_s = self._writer.down_for_s()
+            if down_s is not None:
+                log.error("cluster %s: %d offset syncs not written to %s: the cluster has been "
+                          "unreachable for %.0f s", self.alias, left, self.topic, down_s)
+            else:
                 log.error("cluster %s: %d offset syncs not written to %s within %.0fs",
                           self.alias, left, self.topic, timeout_s)
