@@ -57,10 +57,14 @@ class ClientErrors:
     broker is down, a connection error is a warning once per outage. ``last_error``:
     the latest text."""
 
-    def __init__(self, logger: logging.Logger, client: str, interval_s: float) -> None:
+    def __init__(self, logger: logging.Logger, client: str, interval_s: float, *,
+                 level: int = logging.WARNING) -> None:
         self._logger = logger
         self.client = client
         self._interval_s = interval_s
+        #: The level of the errors' lines and of "reachable again" (``logging.DEBUG``: a client
+        #: whose cluster another part already reports on only follows the outage).
+        self._level = level
         #: Error code -> ``time.monotonic()`` of its last warning.
         self._warned_at: dict[Any, float] = {}
         self.last_error: str | None = None
@@ -94,7 +98,7 @@ class ClientErrors:
             self._logger.debug("%s: %s", self.client, text)
             return
         self._warned_at[code] = now
-        self._logger.warning("%s: %s", self.client, text)
+        self._logger.log(self._level, "%s: %s", self.client, text)
 
     def reached(self) -> None:
         """The client has just had an answer from its cluster (a group assignment, a commit, a
@@ -104,8 +108,8 @@ class ClientErrors:
         if since is not None:
             self._down_since = None
             self._said_in_outage.clear()
-            self._logger.info("%s: reachable again after %.1f s", self.client,
-                              time.monotonic() - since)
+            self._logger.log(min(logging.INFO, self._level), "%s: reachable again after %.1f s",
+                             self.client, time.monotonic() - since)
 
     def down_for_s(self, quiet_s: float = 15.0) -> float | None:
         """Seconds every broker of the client's cluster has been down, or None when it is not

@@ -18,6 +18,7 @@ from confluent_kafka.admin import NewTopic
 
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.clients import admin_client, build_client, connection_keys
+from shallowmirror.rdkafka_logs import ClientErrors
 from shallowmirror.replication.admin_calls import describe, failure_message
 
 log = logging.getLogger(__name__)
@@ -104,30 +105,25 @@ class TopicWriter:
     def __init__(self, config: Mapping[str, Any], topic: str, *, alias: str) -> None:
         self.topic, self.alias = topic, alias
         self.failed: str | None = None
-        #: Since when librdkafka has said every broker is down, with nothing delivered since
-        #: (None: not known to be down). The engine and the cluster already warn about a lost
-        #: cluster, so this client's errors are only debug lines.
-        self._down_since: float | None = None
+        what = f"cluster {alias} writer of {topic}"
+        # Whether its cluster is gone (librdkafka's error_cb; a delivery says it is back). The
+        # engine and the cluster already warn about a lost cluster: debug lines only here.
+        self._errors = ClientErrors(log, what, interval_s=60.0, level=logging.DEBUG)
         conf = {**connection_keys(config), "enable.idempotence": True, "acks": "all",
-                "linger.ms": 5, "compression.type": "none", "error_cb": self._client_error}
-        self._producer = build_client(Producer, conf, what=f"cluster {alias} writer of {topic}")
-
-    def _client_error(self, err: KafkaError) -> None:
-        log.debug("cluster %s writer of %s: %s", self.alias, self.topic, err.str())
-        if err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
-            self._down_since = time.monotonic()
+                "linger.ms": 5, "compression.type": "none", "error_cb": self._errors}
+        self._producer = build_client(Producer, conf, what=what)
 
     def _delivered(self, err, _message) -> None:
         if err is None:
-            self._down_since = None           # an answer: the cluster is there
+            self._errors.reached()
         elif self.failed is None:
             self.failed = f"cluster {self.alias}: writing {self.topic} failed: {err}"
             log.error("%s", self.failed)
 
     def down_for_s(self) -> float | None:
-        """Seconds every broker of the cluster has been down without a delivery since, or None."""
-        since = self._down_since
-        return None if since is None else time.monotonic() - since
+        """Seconds every broker of the cluster has been down (``ClientErrors.down_for_s``), or
+        None when it is not known to be."""
+        return self._errors.down_for_s()
 
     def write(self, key: bytes, value: bytes) -> None:
         while True:

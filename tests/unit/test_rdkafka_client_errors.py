@@ -69,3 +69,18 @@ def test_an_answer_from_the_cluster_ends_the_outage_at_once_and_a_new_one_counts
     assert errors.down_for_s(quiet_s=10) is None
     errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     assert 0 <= errors.down_for_s(quiet_s=10) < 0.05   # counted from the new outage
+
+
+def test_a_client_at_debug_level_follows_the_outage_without_a_warning(caplog):
+    """An internal topic's writer follows its cluster's outages (its flush gives up on a lost
+    cluster) where the engine already warns about them: its lines stay at debug."""
+    errors = ClientErrors(logging.getLogger("test.client_errors"), "writer", interval_s=60,
+                          level=logging.DEBUG)
+    with caplog.at_level(logging.DEBUG, logger="test.client_errors"):
+        errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+        assert errors.down_for_s() is not None
+        errors.reached()
+    assert errors.down_for_s() is None
+    assert [(r.levelno, r.getMessage().split(" after")[0]) for r in caplog.records] == [
+        (logging.DEBUG, "writer: 1/1 brokers are down"),
+        (logging.DEBUG, "writer: reachable again")]
