@@ -69,21 +69,27 @@ def _count(text: str) -> int:
 def _existing_partitions(bootstrap: str, topic: str, extra: dict[str, str],
                          timeout_s: float = 10.0) -> int | None:
     """The topic's partition count (None: no such topic); ``LoadError`` if the cluster does not
-    answer Metadata, naming its address (instead of librdkafka's noise and a bare timeout)."""
+    answer Metadata, naming its address and what answers there (instead of librdkafka's noise
+    and a bare timeout). Asked in short calls: Ctrl-C is seen between them."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    from shallowmirror.bench.topics import list_topics
+    from shallowmirror.net.probe import listener_hint
     from shallowmirror.rdkafka_logs import with_log_config
     from shallowmirror.testing.workload import LoadError
 
     admin_keys = {k: v for k, v in extra.items() if k.startswith(("security.", "sasl.", "ssl."))}
     admin = AdminClient(with_log_config({"bootstrap.servers": bootstrap, **admin_keys}))
     try:
-        metadata = admin.list_topics(timeout=timeout_s)
+        metadata = list_topics(admin, timeout_s=timeout_s)
     except KafkaException as err:
+        hint = listener_hint(bootstrap,
+                             str(admin_keys.get("security.protocol", "PLAINTEXT")).upper())
         raise LoadError(f"the cluster at {bootstrap} did not answer within {timeout_s:.0f}s "
-                        f"({err.args[0].str() if err.args else err}); is it running, and is "
-                        "that its address?") from err
+                        f"({err.args[0].str() if err.args else err}"
+                        f"{'; ' + hint if hint else ''}); is it running, and is that its "
+                        "address?") from err
     found = metadata.topics.get(topic)
     if found is None or found.error is not None:
         return None

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer
 from test_mirror_cli import Background, command, mm2_properties, run_cli
 
 from shallowmirror.testing.embedded import free_port, pid_gone
+from shallowmirror.testing.listeners import not_kafka_listener
 from shallowmirror.testing.topics import client_config, read_topic
 from shallowmirror.testing.workload import Workload, load
 
@@ -193,9 +194,36 @@ def test_load_against_an_unreachable_broker_says_so(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert (f"shallowmirror load: the cluster at 127.0.0.1:{port} did not answer within 10s "
-            "(Failed to get metadata: Local: Broker transport failure); is it running, and is "
-            "that its address?") in result.stderr
+            "(Failed to get metadata: Local: Broker transport failure; nothing listens at "
+            f"127.0.0.1:{port}); is it running, and is that its address?") in result.stderr
     assert "%3|" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.broker_independent("no cluster: a listener that never answers")
+def test_ctrl_c_ends_a_load_waiting_for_a_silent_listener_at_once():
+    """Its Metadata call waited 10 s in librdkafka, and Python sees Ctrl-C only between calls:
+    the load ended 8 s after Ctrl-C. Now asked in short calls, it ends within a second or so
+    (the bound below is far from both: a liveness check, not a speed claim)."""
+    with not_kafka_listener() as address:
+        proc = subprocess.Popen(command("load", "--bootstrap-servers", address, "--topic", "t",
+                                        "--records", "20k"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            time.sleep(2.0)                      # inside the Metadata wait by now
+            sent = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            _, stderr = proc.communicate(timeout=30)
+            ended_s = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, stderr
+    assert stderr.rstrip().endswith("shallowmirror load: interrupted"), stderr
+    assert "Traceback" not in stderr, stderr
+    assert ended_s < 5, ended_s
 
 
 def test_load_with_a_producer_setting_librdkafka_refuses_creates_no_topic(source_cluster,
