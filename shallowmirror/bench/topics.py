@@ -5,9 +5,10 @@ cheaper but breaks the connection on tansu, and a fresh topic also drops any sta
 left (producer ids, offsets). Mirrored topics get ``compression.type=producer`` so the broker
 stores what the mirror sends instead of recompressing it.
 
-Metadata is asked in calls of at most ``METADATA_SLICE_S``: librdkafka holds the calling thread
-for a whole call, so Python runs no signal handler until it returns, and Ctrl-C (which stops the
-embedded brokers too, leaving nothing to answer) waited out whole 30 s timeouts. ``check_answers``
+Metadata is asked in calls of at most ``METADATA_SLICE_S`` (``mirror.clients.list_topics``):
+librdkafka holds the calling thread for a whole call, so Python runs no signal handler until it
+returns, and Ctrl-C (which stops the embedded brokers too, leaving nothing to answer) waited out
+whole 30 s timeouts. ``check_answers``
 tells whether clusters given to the bench answer at all, before anything is loaded.
 """
 
@@ -15,16 +16,15 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shallowmirror.errors import ShallowMirrorError
+from shallowmirror.mirror.clients import METADATA_SLICE_S, list_topics
 from shallowmirror.testing.topics import admin_errors
 
 _UNKNOWN_TOPIC = 3
 _TOPIC_EXISTS = 36
-#: The longest one Metadata call holds the calling thread (and Ctrl-C) in librdkafka.
-METADATA_SLICE_S = 0.5
 #: How long a cluster given to the bench has to answer its first Metadata request.
 ANSWER_TIMEOUT_S = 10.0
 
@@ -81,25 +81,6 @@ def _raise_first(futures: dict, ignore: int | None = None) -> None:
                            and err.args[0].code() == ignore):
             continue
         raise type(err)(*err.args)
-
-
-def list_topics(client: AdminClient, topic: str | None = None, *, timeout_s: float = 30.0,
-                slice_s: float = METADATA_SLICE_S):
-    """``client.list_topics(topic, timeout=timeout_s)`` asked in calls of at most ``slice_s``,
-    so Ctrl-C is seen between them; the last error is raised once ``timeout_s`` has passed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return client.list_topics(topic, timeout=max(min(slice_s,
-                                                             deadline - time.monotonic()), 0.01))
-        except KafkaException as err:
-            if time.monotonic() >= deadline or err.args[0].code() not in _NOT_ANSWERING:
-                raise
-
-
-#: librdkafka's errors for "no answer yet" (a single long call would have waited on).
-_NOT_ANSWERING = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
-                            KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
 
 
 def check_answers(clusters: dict[str, str], timeout_s: float | None = None) -> None:

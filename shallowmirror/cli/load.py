@@ -74,7 +74,7 @@ def _existing_partitions(bootstrap: str, topic: str, extra: dict[str, str],
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from shallowmirror.bench.topics import list_topics
+    from shallowmirror.mirror.clients import list_topics
     from shallowmirror.net.probe import listener_hint
     from shallowmirror.rdkafka_logs import with_log_config
     from shallowmirror.testing.workload import LoadError

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from shallowmirror.net.config import TRANSLATED_KEYS, librdkafka_connection
 from shallowmirror.rdkafka_logs import with_log_config
@@ -35,6 +36,11 @@ JAVA_ONLY_KEYS = frozenset({
     "ssl.truststore.password", "ssl.keystore.password",
     "ssl.protocol", "ssl.enabled.protocols",
 })
+#: The longest one Metadata call holds the calling thread in librdkafka (``list_topics``).
+METADATA_SLICE_S = 0.5
+#: librdkafka's errors for "no answer yet" (a single long call would have waited on).
+NOT_ANSWERING = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                           KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
 #: shallowmirror's own connection keys (net.config): meaningful to the engine, not to librdkafka.
 OWN_CONNECTION_KEYS = frozenset({"reconnect.deadline.ms"})
 _UNKNOWN_RE = re.compile(r'No such configuration property: "([^"]+)"')
@@ -86,3 +92,19 @@ def admin_client(config: Mapping[str, Any], *, what: str):
     from confluent_kafka.admin import AdminClient
 
     return build_client(AdminClient, config, what=what)
+
+
+def list_topics(client: Any, topic: str | None = None, *, timeout_s: float = 30.0,
+                slice_s: float = METADATA_SLICE_S) -> Any:
+    """``client.list_topics(topic, timeout=timeout_s)`` (an AdminClient's or a Consumer's) asked
+    in calls of at most ``slice_s``: librdkafka holds the calling thread for a whole call, and
+    Python runs no signal handler until it returns, so Ctrl-C waited out whole timeouts on a
+    cluster that does not answer. The last error is raised once ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.list_topics(topic, timeout=max(min(slice_s,
+                                                             deadline - time.monotonic()), 0.01))
+        except KafkaException as err:
+            if time.monotonic() >= deadline or err.args[0].code() not in NOT_ANSWERING:
+                raise

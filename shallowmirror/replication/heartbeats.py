@@ -138,11 +138,11 @@ def ensure_heartbeats_topic(config: Mapping[str, Any], *, alias: str,
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    from shallowmirror.mirror.clients import admin_client
+    from shallowmirror.mirror.clients import admin_client, list_topics
 
     admin = admin_client(_connection_keys(config), what=f"cluster {alias} admin (heartbeats)")
     try:
-        listed = admin.list_topics(timeout=timeout_s)
+        listed = list_topics(admin, timeout_s=timeout_s)
     except KafkaException as err:
         raise HeartbeatError(f"cluster {alias}: cannot list topics: {err}") from err
     existing = listed.topics.get(HEARTBEATS_TOPIC)

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import NewTopic
 
 from shallowmirror.errors import ShallowMirrorError
-from shallowmirror.mirror.clients import admin_client, build_client, connection_keys
+from shallowmirror.mirror.clients import admin_client, build_client, connection_keys, list_topics
 from shallowmirror.rdkafka_logs import ClientErrors
 from shallowmirror.replication.admin_calls import describe, failure_message
 
@@ -40,7 +40,7 @@ def ensure_topic(config: Mapping[str, Any], topic: str, *, alias: str,
     """Create ``topic`` (one partition, compacted) unless it exists; True if created."""
     admin = admin_client(connection_keys(config), what=f"cluster {alias} admin")
     try:
-        listed = admin.list_topics(timeout=timeout_s)
+        listed = list_topics(admin, timeout_s=timeout_s)
     except KafkaException as err:
         raise InternalTopicError(failure_message(alias, config, "listing topics", err,
                                                  timeout_s)) from err
@@ -69,7 +69,7 @@ def read_topic(config: Mapping[str, Any], topic: str, *, alias: str,
     consumer = build_client(Consumer, conf, what=f"cluster {alias} reader of {topic}")
     try:
         try:
-            listed = consumer.list_topics(topic, timeout=timeout_s)
+            listed = list_topics(consumer, topic, timeout_s=timeout_s)
         except KafkaException as err:
             raise InternalTopicError(failure_message(alias, config, f"reading {topic}", err,
                                                      timeout_s)) from err

@@ -200,28 +200,36 @@ def test_load_against_an_unreachable_broker_says_so(tmp_path):
 
 
 @pytest.mark.broker_independent("no cluster: a listener that never answers")
-def test_ctrl_c_ends_a_load_waiting_for_a_silent_listener_at_once():
-    """Its Metadata call waited 10 s in librdkafka, and Python sees Ctrl-C only between calls:
-    the load ended 8 s after Ctrl-C. Now asked in short calls, it ends within a second or so
-    (the bound below is far from both: a liveness check, not a speed claim)."""
+@pytest.mark.parametrize("command_name", ["load", "offsets"])
+def test_ctrl_c_ends_a_wait_for_a_silent_listener_at_once(tmp_path, command_name):
+    """Metadata calls waited 10 s (load) and 30 s (offsets failover, reading the checkpoints)
+    in librdkafka, and Python sees Ctrl-C only between calls: the commands ended 8 and 27 s
+    after Ctrl-C. Now asked in short calls, they end within a second or so (the bound below is
+    far from both: a liveness check, not a speed claim)."""
     with not_kafka_listener() as address:
-        proc = subprocess.Popen(command("load", "--bootstrap-servers", address, "--topic", "t",
-                                        "--records", "20k"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True,
+        if command_name == "load":
+            args = ("load", "--bootstrap-servers", address, "--topic", "t", "--records", "20k")
+        else:
+            config = tmp_path / "mm2.properties"
+            config.write_text(f"clusters = A, B\nA.bootstrap.servers = {address}\n"
+                              f"B.bootstrap.servers = {address}\nA->B.enabled = true\n"
+                              "A->B.topics = orders\n")
+            args = ("offsets", "failover", str(config), "--group", "billing", "--to", "B")
+        proc = subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             time.sleep(2.0)                      # inside the Metadata wait by now
             sent = time.monotonic()
             os.killpg(proc.pid, signal.SIGINT)
-            _, stderr = proc.communicate(timeout=30)
+            _, stderr = proc.communicate(timeout=60)
             ended_s = time.monotonic() - sent
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
     assert proc.returncode == 130, stderr
-    assert stderr.rstrip().endswith("shallowmirror load: interrupted"), stderr
+    assert stderr.rstrip().endswith(f"shallowmirror {command_name}: interrupted"), stderr
     assert "Traceback" not in stderr, stderr
     assert ended_s < 5, ended_s
 
