@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from shallowmirror import codec
+from shallowmirror.mirror.clients import NOT_ANSWERING
 
 _FETCH_VERSION = 4
 _FAR_OFFSET = 1 << 62
@@ -163,9 +164,6 @@ class HighWatermarks:
         not_yet = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                    KafkaError._UNKNOWN_TOPIC}
-        # What a call that saw no answer in its time reports (librdkafka: all brokers down
-        # while its connection still waits for the ApiVersions answer).
-        no_answer = {KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
         now = time.monotonic()
         deadline, silent_until = now + timeout_s, now + answer_s
         while True:
@@ -175,7 +173,7 @@ class HighWatermarks:
             except KafkaException as err:
                 error = err.args[0]
                 now = time.monotonic()
-                if error.code() in no_answer:
+                if error.code() in NOT_ANSWERING:    # no answer in its time: not an error yet
                     if now < silent_until:
                         continue            # no answer yet: ask again (Ctrl-C is seen here)
                     raise
