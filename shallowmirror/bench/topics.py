@@ -8,8 +8,8 @@ stores what the mirror sends instead of recompressing it.
 Metadata is asked in calls of at most ``METADATA_SLICE_S`` (``mirror.clients.list_topics``):
 librdkafka holds the calling thread for a whole call, so Python runs no signal handler until it
 returns, and Ctrl-C (which stops the embedded brokers too, leaving nothing to answer) waited out
-whole 30 s timeouts. ``check_answers``
-tells whether clusters given to the bench answer at all, before anything is loaded.
+whole 30 s timeouts. ``check_answers`` tells whether clusters given to the bench answer at all,
+before anything is loaded.
 """
 
 from __future__ import annotations
