@@ -21,6 +21,7 @@ import ctypes
 import importlib.util
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -87,21 +88,50 @@ def free_port(host: str = "127.0.0.1") -> int:
 def free_ports(count: int, host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> list[int]:
     """``count`` distinct free ports, none in ``avoid``: each is held until all are chosen, so the
     kernel cannot hand out one twice (two ``free_port()`` calls in a row can return the same
-    port)."""
+    port).
+
+    They are drawn at random below the kernel's ephemeral range (``ip_local_port_range``) where
+    there is room: a broker binds its port seconds after it was chosen, and a port from that
+    range can meanwhile become the local port of any outgoing connection on the machine (a Kafka
+    broker of the test suite then failed with "Unable to start acceptor"). Elsewhere the kernel
+    chooses (``bind`` to port 0)."""
     socks: list[socket.socket] = []
     ports: list[int] = []
+    below = _ports_below_ephemeral()
+    pick = random.SystemRandom()
     try:
+        tries = 0
         while len(ports) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
-            sock.bind((host, 0))
+            tries += 1
+            wanted = pick.randrange(*below) if below is not None and tries <= 1000 else 0
+            try:
+                sock.bind((host, wanted))
+            except OSError:
+                continue                 # in use: another one
             port = sock.getsockname()[1]
-            if port not in avoid:
+            if port not in avoid and port not in ports:
                 ports.append(port)
         return ports
     finally:
         for sock in socks:
             sock.close()
+
+
+#: The lowest port ``free_ports`` draws from (below it: well-known and registered services).
+_LOWEST_DRAWN_PORT = 10_000
+
+
+def _ports_below_ephemeral() -> tuple[int, int] | None:
+    """[lowest, the ephemeral range's start) when the kernel says where that range is (Linux)
+    and it leaves at least a thousand ports below it, else None."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            start = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (_LOWEST_DRAWN_PORT, start) if start - _LOWEST_DRAWN_PORT >= 1000 else None
 
 
 def pid_gone(pid: int) -> bool:
