@@ -611,8 +611,8 @@ def _measure_latency(clusters: Clusters, latency_topic: str, target_latency_topi
                      timeout_s: float = 10.0) -> list[float]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+    from shallowmirror.mirror.clients import flush_sliced
     from shallowmirror.rdkafka_logs import with_log_config
-    from shallowmirror.testing.workload import flush_sliced
 
     # librdkafka's log lines (a broker closing an idle connection...) go to logging, not stderr.
     consumer = producer = None

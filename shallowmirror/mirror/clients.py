@@ -38,6 +38,8 @@ JAVA_ONLY_KEYS = frozenset({
 })
 #: The longest one Metadata call holds the calling thread in librdkafka (``list_topics``).
 METADATA_SLICE_S = 0.5
+#: The longest a producer's flush holds the calling thread in librdkafka (``flush_sliced``).
+FLUSH_SLICE_S = 0.5
 #: librdkafka's errors for "no answer yet" (a single long call would have waited on).
 NOT_ANSWERING = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
                            KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
@@ -108,3 +110,21 @@ def list_topics(client: Any, topic: str | None = None, *, timeout_s: float = 30.
         except KafkaException as err:
             if time.monotonic() >= deadline or err.args[0].code() not in NOT_ANSWERING:
                 raise
+
+
+def flush_sliced(producer: Any, timeout_s: float, slice_s: float = FLUSH_SLICE_S, *,
+                 give_up: Callable[[], bool] | None = None) -> int:
+    """``producer.flush(timeout_s)`` in slices of ``slice_s``; the records still queued. Ends
+    early once ``give_up()`` says so (checked after each slice that left records queued).
+
+    Ctrl-C during a flush is run as Python code inside one of the producer's callbacks (the
+    loader's stats_cb comes every 200 ms), where librdkafka holds it until that flush returns,
+    and then lets it out as a SystemError. With the brokers gone (Ctrl-C stops those started in
+    the same process group: nothing left to deliver to) one flush waited out its whole timeout,
+    two minutes for a load. Between slices the interrupt comes out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = producer.flush(max(min(slice_s, deadline - time.monotonic()), 0))
+        if (not remaining or time.monotonic() >= deadline
+                or (give_up is not None and give_up())):
+            return remaining

@@ -9,7 +9,6 @@ callers run it in a thread.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +16,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import NewTopic
 
 from shallowmirror.errors import ShallowMirrorError
-from shallowmirror.mirror.clients import admin_client, build_client, connection_keys, list_topics
+from shallowmirror.mirror.clients import (
+    admin_client,
+    build_client,
+    connection_keys,
+    flush_sliced,
+    list_topics,
+)
 from shallowmirror.rdkafka_logs import ClientErrors
 from shallowmirror.replication.admin_calls import describe, failure_message
 
@@ -25,9 +30,8 @@ log = logging.getLogger(__name__)
 
 #: Internal topics are small and must keep every distinct key: compacted, one partition (MM2).
 INTERNAL_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-#: ``TopicWriter.flush`` waits in slices of this long, and gives up on a cluster whose brokers
-#: have all been down (librdkafka's word, nothing delivered since) for ``GIVE_UP_DOWN_S``.
-FLUSH_SLICE_S = 0.2
+#: ``TopicWriter.flush`` gives up on a cluster whose brokers have all been down this long
+#: (librdkafka's word, nothing delivered since), checked between its flush slices.
 GIVE_UP_DOWN_S = 1.0
 
 
@@ -140,11 +144,8 @@ class TopicWriter:
         undelivered. Stops waiting once every broker of the cluster has been down for
         ``GIVE_UP_DOWN_S``: a shutdown then ends at once instead of waiting the whole timeout for
         a cluster that is gone (what it could not write is the caller's to report)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = self._producer.flush(max(0.0, min(FLUSH_SLICE_S,
-                                                     deadline - time.monotonic())))
-            down_s = self.down_for_s()
-            if (not left or time.monotonic() >= deadline
-                    or (down_s is not None and down_s >= GIVE_UP_DOWN_S)):
-                return left
+        return flush_sliced(self._producer, timeout_s, give_up=self._gone)
+
+    def _gone(self) -> bool:
+        down_s = self.down_for_s()
+        return down_s is not None and down_s >= GIVE_UP_DOWN_S

@@ -31,6 +31,7 @@ from typing import Any
 
 from shallowmirror.codec.layout import CODEC_NAMES
 from shallowmirror.errors import ConfigError, ShallowMirrorError
+from shallowmirror.mirror.clients import flush_sliced
 from shallowmirror.rdkafka_logs import with_log_config
 from shallowmirror.testing.topics import (
     TIMESTAMP_CREATE_TIME,
@@ -456,25 +457,6 @@ def _flush(producer: Any, timeout_s: float) -> None:
     remaining = flush_sliced(producer, timeout_s)
     if remaining:
         raise LoadError(f"{remaining} records still undelivered after {timeout_s:.0f}s")
-
-
-#: The longest a flush holds the calling thread in librdkafka.
-FLUSH_SLICE_S = 0.5
-
-
-def flush_sliced(producer: Any, timeout_s: float, slice_s: float = FLUSH_SLICE_S) -> int:
-    """``producer.flush(timeout_s)`` in slices of ``slice_s``; the records still queued.
-
-    Ctrl-C during a flush is run as Python code inside one of the producer's callbacks (the
-    loader's stats_cb comes every 200 ms), where librdkafka holds it until that flush returns,
-    and then lets it out as a SystemError. With the brokers gone (Ctrl-C stops those started in
-    the same process group: nothing left to deliver to) one flush waited out its whole timeout,
-    two minutes for a load. Between slices the interrupt comes out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = producer.flush(max(min(slice_s, deadline - time.monotonic()), 0))
-        if not remaining or time.monotonic() >= deadline:
-            return remaining
 
 
 def _batch_bytes_from_stats(producer: Any, stats: list[dict], topic: str,

@@ -191,7 +191,7 @@ def test_ctrl_c_during_a_producer_flush_is_seen_at_once():
     Ctrl-C stops them) bench took two minutes to end. The loader's producer has a stats_cb, in
     which the interrupt is raised, and which librdkafka turns into a SystemError at the end of
     the flush; whichever comes out, it comes out at once."""
-    from shallowmirror.testing.workload import flush_sliced
+    from shallowmirror.mirror.clients import flush_sliced
 
     producer = _unreachable_producer(**{"statistics.interval.ms": 100,
                                         "stats_cb": lambda _stats: None})
@@ -223,7 +223,7 @@ def test_ctrl_c_during_a_load_ends_it_at_once_and_drops_the_queue():
 
 
 def test_a_sliced_flush_gives_up_at_its_deadline():
-    from shallowmirror.testing.workload import flush_sliced
+    from shallowmirror.mirror.clients import flush_sliced
 
     producer = _unreachable_producer()
     producer.produce("t", b"value")
