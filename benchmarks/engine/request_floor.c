@@ -1,21 +1,33 @@
 /* The request floor without Python: the same Produce request, again and again, from C.
  *
- *     request_floor <host> <port> <request file> <requests> <in flight>
+ *     request_floor <host> <port> <request file> <requests> <in flight> [<answers per wake-up>]
  *
  * Reads one framed Produce request (size prefix included, as request_floor.py writes it), opens
- * a blocking TCP connection, sends <in flight> copies, then one more after each answer is read
- * whole, until <requests> were answered. Every answer must carry the request's correlation id
- * (the same in every copy: Kafka does not require them to differ) and is otherwise only framed,
- * not decoded (request_floor.py checks the error codes of the same request first). Prints one
- * JSON line: requests, wall seconds, user and system CPU seconds, context switches. What a client
- * with no interpreter pays per request on this machine: the system calls, the wake-ups and the
- * broker's threads on the same cores. A benchmark helper, compiled by request_floor.py with the
- * system's C compiler; not part of the product.
+ * a blocking TCP connection, sends <in flight> copies, then one more for each answer read whole,
+ * until <requests> were answered. Every answer must carry the request's correlation id (the same
+ * in every copy: Kafka does not require them to differ) and the first answer's size (the same
+ * request gets the same answer), and is otherwise only framed, not decoded (request_floor.py
+ * checks the error codes of the same request first).
+ *
+ * <answers per wake-up> N (default 1) does what the mirror's target.answers.per.wakeup does:
+ * SO_RCVLOWAT at N answers' bytes, so the kernel wakes the reader once for N answers rather than
+ * once for each (N is capped at <in flight> - 1, as in the mirror, so the broker always has a
+ * request to work on). With N = 1 every answer costs a sleep and a wake-up, which a mirror that
+ * waits for several does not pay; comparing the two says how much of a request's kernel time is
+ * that wake-up.
+ *
+ * Prints one JSON line: requests, wall seconds, user and system CPU seconds, context switches
+ * (all, and the voluntary ones: this thread slept), reads (the first answer takes two, its size
+ * and its rest; then one per wake-up). What a client with no interpreter pays per request on
+ * this machine: the system calls, the wake-ups and the broker's threads on the same cores. A
+ * benchmark helper, compiled by request_floor.py with the system's C compiler; not part of the
+ * product.
  */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +43,36 @@ static void die(const char *what) {
     exit(1);
 }
 
+/* Reads made (poll, then recv): one per wake-up when every answer of a wake-up is there. */
+static long reads = 0;
+
 static void read_exact(int fd, uint8_t *buf, size_t n) {
     size_t got = 0;
     while (got < n) {
         ssize_t r = recv(fd, buf + got, n - got, 0);
+        reads++;
+        if (r <= 0) die("recv");
+        got += (size_t)r;
+    }
+}
+
+/* Read n bytes once the kernel holds them all, as the mirror's event loop does: SO_RCVLOWAT at
+ * what is still missing, poll (readable only at the mark), then recv. A blocking recv alone
+ * would not do: it takes what is queued, then sleeps until the *new* bytes reach the whole mark,
+ * and when fewer than that are still to come it never wakes. *lowat is the mark now set. */
+static void read_marked(int fd, uint8_t *buf, size_t n, int *lowat) {
+    size_t got = 0;
+    while (got < n) {
+        int want = (int)(n - got);
+        if (want != *lowat) {
+            if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) != 0)
+                die("SO_RCVLOWAT");
+            *lowat = want;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, -1) != 1) die("poll");
+        ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
+        reads++;
         if (r <= 0) die("recv");
         got += (size_t)r;
     }
@@ -52,11 +90,19 @@ static void write_all(int fd, const uint8_t *buf, size_t n) {
 static double seconds(struct timeval tv) { return tv.tv_sec + tv.tv_usec / 1e6; }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s host port request-file requests in-flight\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr,
+                "usage: %s host port request-file requests in-flight [answers-per-wakeup]\n",
+                argv[0]);
         return 2;
     }
     long requests = atol(argv[4]), in_flight = atol(argv[5]);
+    long per_wakeup = argc == 7 ? atol(argv[6]) : 1;
+    if (requests < 1 || in_flight < 1 || per_wakeup < 1) {
+        fprintf(stderr, "requests, in-flight and answers-per-wakeup must be at least 1\n");
+        return 2;
+    }
+    if (per_wakeup > in_flight - 1) per_wakeup = in_flight > 1 ? in_flight - 1 : 1;
     FILE *f = fopen(argv[3], "rb");
     if (!f) die("request file");
     struct stat st;
@@ -77,41 +123,50 @@ int main(int argc, char **argv) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
-    size_t capacity = 1 << 16;
-    uint8_t *answer = malloc(capacity);
     struct rusage r0, r1;
     struct timespec t0, t1;
     getrusage(RUSAGE_SELF, &r0);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    long sent = 0;
+    long sent = 0, done = 0;
     for (; sent < in_flight && sent < requests; sent++) write_all(fd, request, size);
-    for (long done = 0; done < requests; done++) {
-        uint32_t be;
-        read_exact(fd, (uint8_t *)&be, 4);
-        size_t n = ntohl(be);
-        if (n > capacity) {
-            capacity = n;
-            answer = realloc(answer, capacity);
-            if (!answer) die("realloc");
+    /* The first answer alone, to learn the size every later one must have. */
+    uint32_t be;
+    read_exact(fd, (uint8_t *)&be, 4);
+    size_t n = ntohl(be), framed = n + 4;
+    if (n < 4 || n > (1u << 20)) {
+        fprintf(stderr, "answer 0: implausible size %zu\n", n);
+        return 1;
+    }
+    uint8_t *answers = malloc(framed * (size_t)per_wakeup);
+    if (!answers) die("malloc");
+    memcpy(answers, &be, 4);
+    read_exact(fd, answers + 4, n);
+    long got = 1;
+    int lowat = 1;
+    for (;;) {
+        for (long i = 0; i < got; i++, done++) {
+            const uint8_t *a = answers + (size_t)i * framed;
+            uint32_t size_be;
+            memcpy(&size_be, a, 4);
+            if (ntohl(size_be) != n || memcmp(a + 4, &cid, 4) != 0) {
+                fprintf(stderr, "answer %ld: unexpected size or correlation id\n", done);
+                return 1;
+            }
         }
-        read_exact(fd, answer, n);
-        if (n < 4 || memcmp(answer, &cid, 4) != 0) {
-            fprintf(stderr, "answer %ld: unexpected correlation id\n", done);
-            return 1;
-        }
-        if (sent < requests) {
-            write_all(fd, request, size);
-            sent++;
-        }
+        for (long i = 0; i < got && sent < requests; i++, sent++) write_all(fd, request, size);
+        if (done >= requests) break;
+        got = sent - done < per_wakeup ? sent - done : per_wakeup;
+        read_marked(fd, answers, (size_t)got * framed, &lowat);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     getrusage(RUSAGE_SELF, &r1);
     printf("{\"requests\": %ld, \"wall_s\": %.6f, \"user_s\": %.6f, \"system_s\": %.6f, "
-           "\"context_switches\": %ld}\n",
+           "\"context_switches\": %ld, \"voluntary_switches\": %ld, \"reads\": %ld}\n",
            requests, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
            seconds(r1.ru_utime) - seconds(r0.ru_utime),
            seconds(r1.ru_stime) - seconds(r0.ru_stime),
-           (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw));
+           (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw),
+           r1.ru_nvcsw - r0.ru_nvcsw, reads);
     close(fd);
     freeaddrinfo(addr);
     return 0;

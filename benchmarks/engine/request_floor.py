@@ -16,7 +16,10 @@ its answer read and its error codes checked.
 ``--coalesce 1,2`` runs the asyncio client waking for every answer and for every two
 (``target.answers.per.wakeup``); ``blocking`` is a plain socket without an event loop;
 ``native`` is a blocking socket from C (``request_floor.c``, compiled here with ``cc``): what a
-request costs with no interpreter at all.
+request costs with no interpreter at all. ``native`` runs once per ``--coalesce`` value too
+(``native/N``: SO_RCVLOWAT at N answers, as the mirror's connection sets it), since a client that
+wakes for every answer pays a sleep and a wake-up per request that one waking for three does not:
+``native/1`` alone overstates what a native mirror must pay in the kernel.
 Prints, per batch size, the client's CPU per request and per GB. The difference between two sizes,
 divided by the difference of their batches per GB, is the per-batch cost of this loop alone: what
 a mirror built on this connection and event loop pays per batch before its engine does anything.
@@ -224,9 +227,10 @@ def build_native_client(workdir: str) -> str:
 
 
 def measure_native(binary: str, bootstrap: str, batches: list[bytes], megabytes: int,
-                   in_flight: int, version: int, workdir: str) -> dict:
+                   in_flight: int, version: int, workdir: str, coalesce: int = 1) -> dict:
     """The same requests from ``request_floor.c``: no interpreter, a blocking socket, the same
-    bytes every time (one correlation id). Its answers are first checked once from Python."""
+    bytes every time (one correlation id), woken once per ``coalesce`` answers. Its answers are
+    first checked once from Python."""
     import subprocess
 
     check = measure_blocking(bootstrap, batches, 0, in_flight, version, requests=1)
@@ -241,11 +245,14 @@ def measure_native(binary: str, bootstrap: str, batches: list[bytes], megabytes:
     request_bytes = sum(len(b) for b in batches)
     total = _request_count(megabytes, request_bytes)
     host, port = bootstrap.rsplit(":", 1)
-    out = subprocess.run([binary, host, port, path, str(total), str(in_flight)], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([binary, host, port, path, str(total), str(in_flight), str(coalesce)],
+                         check=True, capture_output=True, text=True).stdout
     got = json.loads(out)
-    return _row(total, len(batches), request_bytes, got["user_s"] + got["system_s"],
-                got["wall_s"], got["user_s"], got["system_s"], got["context_switches"])
+    row = _row(total, len(batches), request_bytes, got["user_s"] + got["system_s"],
+               got["wall_s"], got["user_s"], got["system_s"], got["context_switches"])
+    row["reads_per_request"] = got["reads"] / total
+    row["voluntary_switches_per_request"] = got["voluntary_switches"] / total
+    return row
 
 
 def _request_count(megabytes: int, request_bytes: int) -> int:
@@ -289,13 +296,14 @@ def main() -> int:
     parser.add_argument("--clients", default="asyncio,blocking",
                         help="asyncio: the project's connection and event loop; blocking: a "
                              "plain socket, no event loop; native: a blocking socket from C "
-                             "(request_floor.c, built with cc), no interpreter")
+                             "(request_floor.c, built with cc), no interpreter; asyncio and "
+                             "native run once per --coalesce value")
     args = parser.parse_args()
     sizes = [int(s) for s in args.batch_bytes.split(",")]
     clients = []
     for client in (c.strip() for c in args.clients.split(",") if c.strip()):
-        if client == "asyncio":
-            clients += [f"asyncio/{n}" for n in args.coalesce.split(",")]
+        if client in ("asyncio", "native"):
+            clients += [f"{client}/{n}" for n in args.coalesce.split(",")]
         else:
             clients.append(client)
     batches = {size: [lz4_batch(size, args.value_bytes, seed=p) for p in range(args.partitions)]
@@ -303,7 +311,7 @@ def main() -> int:
     rows: dict[tuple[str, int], list[dict]] = {(c, size): [] for c in clients for size in sizes}
     scratch = tempfile.TemporaryDirectory(prefix="request-floor-")   # removed at exit
     workdir = scratch.name
-    native = build_native_client(workdir) if "native" in clients else ""
+    native = build_native_client(workdir) if any(c.startswith("native/") for c in clients) else ""
     with test_clusters.started_clusters(args.broker, "floor",
                                         kafka_home=args.kafka_home) as (cluster,):
         bench_topics.create(cluster.bootstrap, TOPIC, args.partitions)
@@ -317,9 +325,10 @@ def main() -> int:
                         row = asyncio.run(measure(cluster.bootstrap, batches[size],
                                                   args.megabytes, args.in_flight,
                                                   int(client.split("/")[1])))
-                    elif client == "native":
+                    elif client.startswith("native/"):
                         row = measure_native(native, cluster.bootstrap, batches[size],
-                                             args.megabytes, args.in_flight, version, workdir)
+                                             args.megabytes, args.in_flight, version, workdir,
+                                             int(client.split("/")[1]))
                     else:
                         row = measure_blocking(cluster.bootstrap, batches[size],
                                                args.megabytes, args.in_flight, version)
@@ -328,7 +337,8 @@ def main() -> int:
                                       **row}), flush=True)
     scratch.cleanup()
     print(f"{args.broker}, {args.partitions} partitions, medians of {args.repeat}")
-    print("client asyncio/N: the project's connection waking for every N answers")
+    print("client asyncio/N: the project's connection waking for every N answers; native/N: "
+          "C, the same")
     print(f"{'client':>10} {'batch.size':>10} {'batch B':>8} {'requests':>8} {'us/request':>10} "
           f"{'user':>6} {'system':>6} {'CPU s/GB':>8} {'MB/s':>6}")
     for client in clients:
