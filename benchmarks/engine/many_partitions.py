@@ -4,7 +4,7 @@ topic alone.
     .venv/bin/python benchmarks/engine/many_partitions.py [--broker kafka|tansu]
         [--kafka-home DIR] [--sizes 1000,10000] [--per-topic 10] [--busy-records 300000]
         [--value-bytes 300] [--batch-bytes 262144] [--sessions on,off] [--idle-s 5]
-        [--out many_partitions.jsonl]
+        [--busy-load live|backlog] [--out many_partitions.jsonl]
 
 Per size S (idle partitions): start a source and a target cluster (real Kafka by default; each
 size gets fresh clusters), create S/per-topic small topics of ``--per-topic`` partitions on both
@@ -18,8 +18,13 @@ create the (empty) busy topic (8 partitions), then run child processes, each a f
 Each child first catches up on what is there (every small partition's record: the one-time cost
 per partition, reported apart as "first catch-up"); then the parent appends ``--busy-records``
 lz4 records to the busy topic and the child measures, until every partition is caught up again:
-wall time, its own CPU (user+sys), bytes moved, Fetch requests and the partition entries they
-carried: the busy topic's steady-state cost with S idle partitions owned beside it. Then, idle
+wall time, its own CPU (user+sys), bytes moved in that window, Fetch requests and the partition
+entries they carried: the busy topic's steady-state cost with S idle partitions owned beside it.
+``--busy-load live`` (the default) mirrors the records as they are written, so the window's wall
+time is the loader's and only CPU per GB compares; ``backlog`` stops the child (SIGSTOP) while
+the records are written and resumes it once they are all there, so the window is the mirror
+working through the whole load: its MB/s is the busy topic's throughput, comparable between the
+busy topic alone and beside S idle partitions. Then, idle
 for ``--idle-s`` seconds, the Fetch requests and entries again (what a fetch costs when nothing
 changes). Peak RSS is sampled over the whole run. Nothing is asserted; figures go to
 ``benchmarks/RESULTS.md``.
@@ -33,6 +38,7 @@ import functools
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,15 +117,19 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
             # arrives with every other partition owned and idle. The window starts here, so
             # its wall time includes the load (producer-bound): compare CPU, not MB/s.
             before = busy_records()
-            t0, c0, r0 = time.monotonic(), cpu(), dict(counts)
+            t0, c0, r0, s0 = time.monotonic(), cpu(), dict(counts), engine.stats()
             print("caught-up", flush=True)
             expected = int(await asyncio.to_thread(sys.stdin.readline)) + before
+            if spec["busy_load"] == "backlog":
+                # Stopped while the parent wrote the load, resumed just now: the window starts
+                # with all of it waiting on the source.
+                t0, c0, r0, s0 = time.monotonic(), cpu(), dict(counts), engine.stats()
             while busy_records() < expected:      # high watermarks lag: count the records
                 if task.done():
                     await task
                 await asyncio.sleep(0.1)
             await until_caught_up(task)
-            t1, c1, r1 = time.monotonic(), cpu(), dict(counts)
+            t1, c1, r1, s1 = time.monotonic(), cpu(), dict(counts), engine.stats()
             for _ in range(int(spec["idle_s"] * 5)):
                 sample_rss()
                 await asyncio.sleep(0.2)
@@ -127,17 +137,21 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         finally:
             stop.set()
             await task
-        stats = engine.stats()
-        busy = sum(p.bytes for tp, p in stats.partitions.items() if tp[0] == BUSY)
-        return {"initial_s": i1 - i0, "initial_cpu_s": ic1 - ic0, "wall_s": t1 - t0, "cpu_s": c1 - c0, "bytes": stats.bytes, "busy_bytes": busy,
-                "records": stats.records, "partitions": len(stats.partitions),
+        def busy_bytes(stats) -> int:
+            return sum(p.bytes for tp, p in stats.partitions.items() if tp[0] == BUSY)
+
+        # Bytes of the window only: the first catch-up may have copied earlier runs' records.
+        return {"initial_s": i1 - i0, "initial_cpu_s": ic1 - ic0, "wall_s": t1 - t0,
+                "cpu_s": c1 - c0, "bytes": s1.bytes - s0.bytes,
+                "busy_bytes": busy_bytes(s1) - busy_bytes(s0), "busy_load": spec["busy_load"],
+                "records": s1.records - s0.records, "partitions": len(s1.partitions),
                 "fetches": r1["requests"] - r0["requests"],
                 "fetch_entries": r1["entries"] - r0["entries"],
                 "idle_fetches": r2["requests"] - r1["requests"],
                 "idle_fetch_entries": r2["entries"] - r1["entries"],
                 "peak_rss_mb": peak["rss"] / 2**20,
                 "buffer_memory_mb": engine.settings["buffer.memory"] / 2**20,
-                "startup": stats.startup}
+                "startup": s1.startup}
 
     return asyncio.run(run())
 
@@ -172,11 +186,13 @@ def _one_record_each(config: dict[str, str], names: list[str], partitions: int) 
 
 def _run_child(source: Any, target: Any, topics: list[str], partitions: int,
                settings: dict[str, Any], idle_s: float, load_busy,
-               records: int) -> dict[str, Any]:
+               records: int, busy_load: str = "live") -> dict[str, Any]:
     """One engine in a child process; ``load_busy()`` runs once it has caught up on what is
-    there, and the child then measures mirroring that load."""
+    there, and the child then measures mirroring that load (as it is written, or, with
+    ``busy_load="backlog"``, stopped meanwhile and resumed once it is all there)."""
     spec = {"source": source.bootstrap, "target": target.bootstrap, "topics": topics,
-            "partitions": partitions, "settings": settings, "idle_s": idle_s}
+            "partitions": partitions, "settings": settings, "idle_s": idle_s,
+            "busy_load": busy_load}
     # The child's log goes to a file: a pipe nobody reads while the busy topic loads would fill
     # up and block the engine mid-run.
     with tempfile.TemporaryFile("w+") as log:
@@ -185,7 +201,16 @@ def _run_child(source: Any, target: Any, topics: list[str], partitions: int,
                                  text=True, env=os.environ)
         assert child.stdout is not None and child.stdin is not None
         line = child.stdout.readline()
-        if line.strip() == "caught-up":
+        if line.strip() == "caught-up" and busy_load == "backlog":
+            os.kill(child.pid, signal.SIGSTOP)
+            try:
+                load_busy()
+                child.stdin.write(f"{records}\n")
+                child.stdin.flush()
+            finally:
+                os.kill(child.pid, signal.SIGCONT)
+            out, _ = child.communicate(timeout=3600)
+        elif line.strip() == "caught-up":
             load_busy()
             out, _ = child.communicate(f"{records}\n", timeout=3600)
         else:
@@ -232,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-bytes", type=int, default=262_144)
     parser.add_argument("--sessions", default="on,off")
     parser.add_argument("--idle-s", type=float, default=5.0)
+    parser.add_argument("--busy-load", choices=("live", "backlog"), default="live",
+                        help="live: mirror the busy topic as it is written (compare CPU per "
+                             "GB); backlog: pause the engine while it is written, then time it "
+                             "through the whole load (throughput)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -263,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode, sessions, topics, partitions in runs:
                 settings = {**extra, "fetch.session.enable": sessions == "on"}
                 got = _run_child(source, target, topics, partitions, settings, args.idle_s,
-                                 load_busy, args.busy_records)
+                                 load_busy, args.busy_records, args.busy_load)
                 got.update(size=size, mode=mode, sessions=sessions, broker=args.broker)
                 rows.append(got)
                 print(_row(size, mode, sessions, got), flush=True)
