@@ -126,8 +126,11 @@ class Source:
         """The fetch loop (supervised by the engine: an error escaping it is not swallowed)."""
         backoff = self.owner.backoff()
         while not self.owner.stopping:
-            ready = [tp for tp in self.rotation.next_order() if self.partitions[tp].fetchable]
-            if not ready:
+            # Whether any partition can be fetched (``any`` stops at the first that can);
+            # ``_fetch_once`` picks them, after the waits below.
+            order = self.rotation.next_order()
+            partitions = self.partitions
+            if not any(partitions[tp].fetchable for tp in order):
                 self.wake.clear()
                 await self.wake.wait()
                 continue
@@ -138,7 +141,7 @@ class Source:
             ask = self.max_bytes if budget.in_use_bytes == 0 else min(
                 self.max_bytes, budget.limit_bytes - budget.in_use_bytes)
             try:
-                await self._fetch_once(ready, ask)
+                await self._fetch_once(order, ask)
                 backoff.reset()
             except ConnectionFailedError as err:
                 delay = backoff.next_s()
@@ -148,19 +151,18 @@ class Source:
                 await asyncio.sleep(delay)
                 await self.owner.refresh_metadata()    # moves partitions that have a new leader
 
-    def _request(self, version: int, ready: list[tuple[str, int]],
+    def _request(self, version: int, asked: Mapping[TP, int],
                  max_bytes: int | None = None) -> Any:
+        """The Fetch request for ``asked`` (tp -> fetch offset, in request order)."""
         max_bytes = self.max_bytes if max_bytes is None else max_bytes
-        per_partition = fair_partition_bytes(max_bytes, len(ready), self.partition_max_bytes)
+        per_partition = fair_partition_bytes(max_bytes, len(asked), self.partition_max_bytes)
         isolation = 1 if self.read_committed else 0
         if version < 7 or not self.session.enabled:          # sessions: Fetch v7+
             return fetch_request(
-                version, ((t, p, self.partitions[(t, p)].fetch_position, per_partition)
-                          for t, p in ready),
+                version, ((t, p, offset, per_partition) for (t, p), offset in asked.items()),
                 max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
                 isolation_level=isolation)
-        session_id, epoch, send, forget = self.session.build(
-            [(tp, self.partitions[tp].fetch_position, per_partition) for tp in ready])
+        session_id, epoch, send, forget = self.session.build(asked, per_partition)
         return fetch_request(
             version, ((t, p, offset, limit) for (t, p), offset, limit in send),
             max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
@@ -169,19 +171,22 @@ class Source:
 
     async def _fetch_once(self, ready: list[tuple[str, int]],
                           max_bytes: int | None = None) -> None:
+        """One Fetch for those of ``ready`` (in request order) that can be fetched now."""
         conn = await self.owner.connection(self.node_id)
         # Partitions revoked, stopped or moved while the loop waited for budget room or the
         # connection are not asked for (one revoked there once failed the fetch loop, KeyError).
-        ready = [tp for tp in ready if (sp := self.partitions.get(tp)) is not None
-                 and sp.fetchable]
-        if not ready:
+        # One pass reads each position once: the request, the session and the answer's checks
+        # all use ``asked`` (with 10,000 partitions owned, each pass over them was ~3-14 ms).
+        partitions = self.partitions
+        asked = {tp: sp.fetch_position for tp in ready
+                 if (sp := partitions.get(tp)) is not None and sp.fetchable}
+        if not asked:
             return
         version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
-        asked = {tp: self.partitions[tp].fetch_position for tp in ready}
         incremental = self.session.active
         sent_at = time.monotonic()
         try:
-            frame = await conn.request_frame(self._request(version, ready, max_bytes))
+            frame = await conn.request_frame(self._request(version, asked, max_bytes))
         except BaseException:
             self.session.reset()        # whether the broker saw that epoch is unknown
             raise
@@ -204,7 +209,7 @@ class Source:
         # session: the first partition the broker answered with records, in its own order).
         must_progress = None
         if max_bytes is None or max_bytes >= self.max_bytes:
-            must_progress = _first_with_records(response) if incremental else ready[0]
+            must_progress = _first_with_records(response) if incremental else next(iter(asked))
         try:
             for topic in response.topics:
                 for part in topic.partitions:
@@ -226,9 +231,12 @@ class Source:
         ``sent_at``."""
         answered = {(topic.topic, part.partition)
                     for topic in response.topics for part in topic.partitions}
-        for tp in asked.keys() - answered:
-            sp = self.partitions.get(tp)
-            if sp is not None and sp.fetch_position == asked[tp] and sp.high_watermark >= 0:
+        partitions = self.partitions
+        for tp, position in asked.items():      # no set of the rest: it is nearly all of them
+            if tp in answered:
+                continue
+            sp = partitions.get(tp)
+            if sp is not None and sp.high_watermark >= 0 and sp.fetch_position == position:
                 sp.high_watermark_at = sent_at
 
     def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease, *,
