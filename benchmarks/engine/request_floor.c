@@ -46,16 +46,6 @@ static void die(const char *what) {
 /* Reads made (poll, then recv): one per wake-up when every answer of a wake-up is there. */
 static long reads = 0;
 
-static void read_exact(int fd, uint8_t *buf, size_t n) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = recv(fd, buf + got, n - got, 0);
-        reads++;
-        if (r <= 0) die("recv");
-        got += (size_t)r;
-    }
-}
-
 /* Read n bytes once the kernel holds them all, as the mirror's event loop does: SO_RCVLOWAT at
  * what is still missing, poll (readable only at the mark), then recv. A blocking recv alone
  * would not do: it takes what is queued, then sleeps until the *new* bytes reach the whole mark,
@@ -130,8 +120,9 @@ int main(int argc, char **argv) {
     long sent = 0, done = 0;
     for (; sent < in_flight && sent < requests; sent++) write_all(fd, request, size);
     /* The first answer alone, to learn the size every later one must have. */
+    int lowat = 1;
     uint32_t be;
-    read_exact(fd, (uint8_t *)&be, 4);
+    read_marked(fd, (uint8_t *)&be, 4, &lowat);
     size_t n = ntohl(be), framed = n + 4;
     if (n < 4 || n > (1u << 20)) {
         fprintf(stderr, "answer 0: implausible size %zu\n", n);
@@ -140,9 +131,8 @@ int main(int argc, char **argv) {
     uint8_t *answers = malloc(framed * (size_t)per_wakeup);
     if (!answers) die("malloc");
     memcpy(answers, &be, 4);
-    read_exact(fd, answers + 4, n);
+    read_marked(fd, answers + 4, n, &lowat);
     long got = 1;
-    int lowat = 1;
     for (;;) {
         for (long i = 0; i < got; i++, done++) {
             const uint8_t *a = answers + (size_t)i * framed;
