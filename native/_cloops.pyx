@@ -294,30 +294,21 @@ cdef bint _can_send(object tq, object conn, int64_t per_partition, bint idempote
     return True
 
 
-cdef list _next_order(object rotation):
-    """``rotation.next_order()`` (``packing.Rotation``) without its Python call: its keys from
-    one key later than the last call's first."""
-    cdef list keys = rotation._keys
-    cdef Py_ssize_t n = len(keys)
-    if not n:
-        return []
-    cdef Py_ssize_t first = rotation._start % n
-    rotation._start = first + 1
-    return keys[first:] + keys[:first]
-
-
 def plan_picks(sink, conn):
-    """Plan ``sink``'s next request on ``conn``; see ``loops.plan_picks``."""
+    """Plan ``sink``'s next request on ``conn``; see ``loops.plan_picks`` (and its
+    ``settle_ready``: ``sink.ready`` is updated in the same walk)."""
     cdef list picks = []
     cdef list too_large = []
     cdef dict partitions = sink.partitions
-    cdef list order = _next_order(sink.rotation)
+    cdef dict ready = sink.ready
+    cdef list order = list(ready)
     owner = sink.owner
     identity = owner.identity
     if owner.identity_resetting:
         # Nothing may go; abandoned heads are still dropped, as the twin's visit does.
         for key in order:
-            _drop_abandoned_heads(partitions[key])
+            if not _drop_abandoned_heads(partitions[key]):
+                del ready[key]
         return picks, too_large
     cdef int64_t per_partition = sink.per_partition
     cdef int64_t max_bytes = sink.max_request_bytes
@@ -332,6 +323,8 @@ def plan_picks(sink, conn):
     for key in order:
         tq = partitions[key]
         if not _can_send(tq, conn, per_partition, idempotent, producer_id, producer_epoch):
+            if not _get(tq, q[Q_QUEUE]):
+                del ready[key]          # emptied (sent, or its abandoned heads dropped)
             continue
         queue = _get(tq, q[Q_QUEUE])
         batch = queue[0]
@@ -348,11 +341,14 @@ def plan_picks(sink, conn):
         request_bytes += extra
         topics_seen.add(topic)
         # Picked: it leaves its queue, in flight on ``conn`` (each key comes once in ``order``,
-        # so this is what the twin does after planning).
+        # so this is what the twin does after planning), and goes to the back of ``ready``.
         queue.popleft()
         _set_int(tq, q[Q_IN_FLIGHT], _get_int(tq, q[Q_IN_FLIGHT]) + 1)
         _set(tq, q[Q_CONN], conn)
         _set_int(batch, _BATCH.off[B_ATTEMPTS], _get_int(batch, _BATCH.off[B_ATTEMPTS]) + 1)
+        del ready[key]
+        if queue:
+            ready[key] = None
     return picks, too_large
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 from kafka import errors as Errors
@@ -102,11 +103,18 @@ def can_send(sink: Any, conn: Any, ttp: TTP) -> bool:
 
 def plan_picks(sink: Any, conn: Any) -> tuple[list[tuple[TTP, Any]], list[tuple[TTP, Any]]]:
     """Plan ``sink``'s next request to go on ``conn`` (None: not connected yet): the head batch
-    of every partition that may send, in rotation, while ``max.request.size`` holds. The picks
-    leave their queues and count as in flight on ``conn`` (one more attempt each). Returns the
-    picks and the head batches too large for any request (still queued)."""
-    plan = plan_request(sink.queues, sink.rotation.next_order(), size_of=_size_of,
-                        topic_of=_topic_of, can_send=lambda ttp: can_send(sink, conn, ttp),
+    of every partition that may send, least recently sent first (``sink.ready``), while
+    ``max.request.size`` holds. The picks leave their queues and count as in flight on ``conn``
+    (one more attempt each). Returns the picks and the head batches too large for any request
+    (still queued).
+
+    ``sink.ready`` afterwards: the partitions met with an empty queue are gone, the picked ones
+    with more queued are at the back in pick order, the others keep their places; so a
+    request's cost follows the partitions with something queued, not every one owned."""
+    ready = sink.ready
+    order = list(ready)
+    plan = plan_request(sink.queues, order, size_of=_size_of, topic_of=_topic_of,
+                        can_send=lambda ttp: can_send(sink, conn, ttp),
                         max_request_bytes=sink.max_request_bytes)
     partitions = sink.partitions
     for ttp, batch in plan.picks:
@@ -115,9 +123,20 @@ def plan_picks(sink: Any, conn: Any) -> tuple[list[tuple[TTP, Any]], list[tuple[
         tq.in_flight += 1
         tq.conn = conn
         batch.attempts += 1
+    settle_ready(ready, partitions, order, plan.picks)
     return plan.picks, plan.too_large
 
 
+def settle_ready(ready: dict, partitions: Mapping[TTP, Any], order: list[TTP],
+                 picks: list[tuple[TTP, Any]]) -> None:
+    """``ready`` after a plan over ``order`` that picked ``picks`` (see ``plan_picks``)."""
+    for ttp in order:
+        if not partitions[ttp].queue:
+            del ready[ttp]
+    for ttp, _batch in picks:
+        if ttp in ready:
+            del ready[ttp]
+            ready[ttp] = None
 def request_topics(picks: list[tuple[TTP, Any]]) -> list[tuple[str, list]]:
     """The stamped picks grouped by topic, as ``codec.encode_produce_request`` takes them."""
     topics: dict[str, list] = {}

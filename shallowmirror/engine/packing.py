@@ -3,9 +3,9 @@
 Stock brokers accept exactly one RecordBatch per partition per Produce request, so throughput
 comes from packing many partitions into one request and keeping several requests in flight. The
 planner takes the *head* batch of every partition queue that may send now (fewer than
-``per_partition_in_flight`` batches of it outstanding, not blocked by a retry), rotating the
-starting partition between requests so no partition is always last, until ``max_request_bytes``
-is reached. A head batch that alone exceeds the limit is reported, never sent.
+``per_partition_in_flight`` batches of it outstanding, not blocked by a retry), in the order the
+caller keeps (the sink's: least recently sent first, so no partition is always last), until
+``max_request_bytes`` is reached. A head batch that alone exceeds the limit is reported, never sent.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def plan_request(queues: Mapping[K, deque[B]], order: Sequence[K], *, size_of: C
                  max_request_bytes: int) -> Plan[K, B]:
     """Pick at most one head batch per partition, in ``order``, while the request fits.
 
-    ``order`` is the rotation the caller maintains (every key of ``queues`` exactly once: so no
-    partition is picked twice, which stock brokers would reject)."""
+    ``order`` is the order the caller maintains (each key at most once, so no partition is
+    picked twice, which stock brokers would reject; every key with a queued batch)."""
     picks: list[tuple[K, B]] = []
     too_large: list[tuple[K, B]] = []
     request_bytes = REQUEST_OVERHEAD_BYTES
@@ -71,10 +71,8 @@ def plan_request(queues: Mapping[K, deque[B]], order: Sequence[K], *, size_of: C
 
 
 class Rotation(Generic[K]):
-    """A fair order over a changing set of keys: each call starts one key later.
-
-    The native ``plan_picks`` (``native/_cloops.pyx``) reads ``_keys`` and ``_start`` and does
-    ``next_order`` itself: change them there too."""
+    """A fair order over a changing set of keys: each call starts one key later (the fetch
+    loop's order over its partitions)."""
 
     def __init__(self) -> None:
         self._keys: list[K] = []

@@ -58,7 +58,6 @@ from shallowmirror.engine import hotpath
 from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.config import acks_value
 from shallowmirror.engine.loops import answer_by_partition
-from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.producer_identity import ProducerIdentity
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.supervisor import is_transient, partitions_text, where_of
@@ -139,7 +138,13 @@ class Sink:
         self.partitions: dict[TTP, TargetPartitionQueue] = {}
         #: The same partitions' queues, as the planner reads them (kept in step with the above).
         self.queues: dict[TTP, deque[FetchedBatch]] = {}
-        self.rotation: Rotation[TTP] = Rotation()
+        #: The partitions whose queue may hold a batch (every one whose queue does, perhaps
+        #: some whose queue emptied since), least recently sent first: the planner walks these,
+        #: not every partition, so a request costs what is queued, not what is owned (10,000
+        #: idle partitions). Whatever adds to a queue adds it here (``enqueue``, ``enqueue_all``,
+        #: ``_maybe_requeue``); the planner drops the empty ones it meets and moves the ones it
+        #: picks to the back (``loops.plan_picks``).
+        self.ready: dict[TTP, None] = {}
         self.wake = asyncio.Event()
         self.requests_in_flight = 0
         s = owner.settings
@@ -171,12 +176,12 @@ class Sink:
         if tq is None:
             tq = self.partitions[ttp] = TargetPartitionQueue()
             self.queues[ttp] = tq.queue
-            self.rotation.add(ttp)
             self.owner.holder[ttp] = self
             self.owner.forwarded.add(ttp)
         if batch.enqueue_no < 0:
             batch.enqueue_no = self.owner.next_enqueue_no()
         tq.queue.append(batch)
+        self.ready[ttp] = None
         self.wake.set()
 
     def enqueue_all(self, batches: list[FetchedBatch], ttp: TTP) -> None:
@@ -190,6 +195,7 @@ class Sink:
         hotpath.enqueue_run(batches, ttp[0], ttp[1],
                             self.owner.take_enqueue_nos(len(batches)))
         tq.queue.extend(batches)
+        self.ready[ttp] = None
         self.wake.set()
 
     def take_partition(self, ttp: TTP) -> list[FetchedBatch]:
@@ -201,7 +207,7 @@ class Sink:
         assert tq.in_flight == 0, "moving a partition with batches in flight"
         self.partitions.pop(ttp)
         self.queues.pop(ttp)
-        self.rotation.remove(ttp)
+        self.ready.pop(ttp, None)
         if self.owner.holder.get(ttp) is self:
             del self.owner.holder[ttp]
         return sorted(tq.failed, key=_order) + list(tq.queue)
@@ -239,7 +245,8 @@ class Sink:
                 self.partitions[ttp].queue.popleft()
                 self.owner.batch_too_large(batch, self.max_request_bytes)
             if not picks:
-                blocked = [tq.blocked_until for tq in self.partitions.values()
+                partitions = self.partitions
+                blocked = [tq.blocked_until for tq in map(partitions.__getitem__, self.ready)
                            if tq.blocked_until and tq.queue]
                 if not blocked:
                     return None
@@ -508,6 +515,7 @@ class Sink:
             failed = sorted(tq.failed, key=_order)
             tq.failed = []
             tq.queue.extendleft(reversed(failed))
+            self.ready[ttp] = None
             attempts = max(b.attempts for b in failed)
             tq.blocked_until = asyncio.get_running_loop().time() + self.owner.backoff_s(attempts)
             self.owner.partition_requeued(self, ttp)

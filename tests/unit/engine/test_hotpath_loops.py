@@ -25,7 +25,7 @@ from shallowmirror.engine.batch import FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.metrics import AckTally, FlowRecorder, ListMetricsSink
 from shallowmirror.engine.offsets import OffsetMap, PartitionOffsets
-from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES, Rotation
+from shallowmirror.engine.packing import PARTITION_OVERHEAD_BYTES, REQUEST_OVERHEAD_BYTES
 from shallowmirror.engine.sink import TargetPartitionQueue
 from shallowmirror.replication.translation import PartitionSyncs, Sync
 
@@ -61,7 +61,7 @@ class World:
                                    producer_epoch=rnd.choice((0, 1)))
         owner = SimpleNamespace(identity=identity, identity_resetting=rnd.random() < 0.05)
         self.sink = SimpleNamespace(
-            partitions={}, queues={}, rotation=Rotation(), owner=owner,
+            partitions={}, queues={}, ready={}, owner=owner,
             per_partition=rnd.choice((1, 2, 5)),
             max_request_bytes=rnd.choice((600, 3000, 1 << 20)))
         self.budget = ByteBudget(1 << 30)
@@ -95,13 +95,19 @@ class World:
                     b.stamp = (7, identity.producer_epoch, i, 1)
                 if rnd.random() < 0.05:
                     b.add_done_callback(lambda *args: None)
-            tq.queue.extend(batches)
+            self.batches.extend(batches)
             self.sink.partitions[ttp] = tq
             self.sink.queues[ttp] = tq.queue
-            self.sink.rotation.add(ttp)
+            if rnd.random() < 0.15:
+                # Already sent: a partition the planner meets empty (it leaves ``ready``), or
+                # one that is not ready at all.
+                if rnd.random() < 0.5:
+                    self.sink.ready[ttp] = None
+                continue
+            tq.queue.extend(batches)
+            self.sink.ready[ttp] = None
             if rnd.random() < 0.9:
                 self.sps[(topic, p)] = sp
-            self.batches.extend(batches)
             # One request's picks and its answer, for settle_picks and ack_batches.
             head = batches[0]
             self.picks.append((ttp, head))
@@ -141,10 +147,8 @@ class World:
         parts = {tp: (sp.offsets.committed, sp.offsets.pending, sp.offsets.offset_map.rows(),
                       sp.records, sp.batches, sp.bytes)
                  for tp, sp in self.sps.items()}
-        rotation = self.sink.rotation
         return {"queues": queues, "batches": batches, "partitions": parts,
-                "budget": self.budget.in_use_bytes,
-                "rotation": (list(rotation._keys), rotation._start)}
+                "budget": self.budget.in_use_bytes, "ready": list(self.sink.ready)}
 
 
 def _pick_names(world: World, picks: list) -> list:
@@ -206,9 +210,11 @@ def test_plan_picks_agree(seed: int) -> None:
     async def run(impl) -> tuple:
         world = World(seed)
         conn = world.conns[seed % 3] if seed % 3 < 2 else None
-        world.sink.rotation._start = seed      # any earlier rotation, and it moves on
+        ready = list(world.sink.ready)
+        random.Random(seed).shuffle(ready)     # any order earlier plans left
+        world.sink.ready = dict.fromkeys(ready)
         planned = []
-        for _ in range(2):                     # the second plan starts one partition later
+        for _ in range(2):                     # the second plan starts where the first left
             picks, too_large = impl.plan_picks(world.sink, conn)
             topics = impl.request_topics(picks)
             shape = [(t, [(p, bytes(h), bytes(r)) for p, ((h, r),) in parts])
@@ -232,11 +238,9 @@ def test_plan_counts_topic_names_in_utf8_bytes(impl, topic: str) -> None:
         batch = FetchedBatch(topic, 0, view, None, view.base_offset, view.next_offset)
         tq = TargetPartitionQueue()
         tq.queue.append(batch)
-        rotation = Rotation()
-        rotation.add((topic, 0))
         identity = SimpleNamespace(idempotent=False, producer_id=-1, producer_epoch=-1)
         sink = SimpleNamespace(
-            partitions={(topic, 0): tq}, queues={(topic, 0): tq.queue}, rotation=rotation,
+            partitions={(topic, 0): tq}, queues={(topic, 0): tq.queue}, ready={(topic, 0): None},
             owner=SimpleNamespace(identity=identity, identity_resetting=False), per_partition=5,
             max_request_bytes=max_request_bytes)
         picks, too_large = impl.plan_picks(sink, SimpleNamespace())
@@ -569,3 +573,38 @@ def test_enqueue_run_agrees(seed: int) -> None:
     assert results["native"] == results["python"]
     assert all(b[FetchedBatch.__slots__.index("target_topic")] == "orders.mirror"
                for b in results["native"])
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS.values(), ids=IMPLEMENTATIONS.keys())
+def test_plan_walks_the_ready_partitions_least_recently_sent_first(impl) -> None:
+    """Requests that fit two batches take the ready partitions in turn (the ones left out go
+    first next time), a partition whose queue ran dry leaves ``ready``, and an owned partition
+    with nothing queued is not in it to be walked at all."""
+    async def plans() -> tuple[list, list]:
+        view = _views(2, 300, 1)[0]
+        identity = SimpleNamespace(idempotent=False, producer_id=-1, producer_epoch=-1)
+        sink = SimpleNamespace(
+            partitions={}, queues={}, ready={},
+            owner=SimpleNamespace(identity=identity, identity_resetting=False), per_partition=5,
+            max_request_bytes=REQUEST_OVERHEAD_BYTES + 2 * (view.size + 40))
+        for p in range(1000):                  # owned, idle
+            tq = sink.partitions[("idle", p)] = TargetPartitionQueue()
+            sink.queues[("idle", p)] = tq.queue
+        for p, queued in enumerate((2, 1, 2)):
+            tq = sink.partitions[("busy", p)] = TargetPartitionQueue()
+            sink.queues[("busy", p)] = tq.queue
+            tq.queue.extend(FetchedBatch("busy", p, view, None, view.base_offset,
+                                         view.next_offset) for _ in range(queued))
+            sink.ready[("busy", p)] = None
+        picked, readies = [], []
+        conn = SimpleNamespace()
+        for _ in range(3):
+            picks, too_large = impl.plan_picks(sink, conn)
+            assert not too_large
+            picked.append([ttp[1] for ttp, _ in picks])
+            readies.append([ttp[1] for ttp in sink.ready])
+        return picked, readies
+
+    picked, readies = asyncio.run(plans())
+    assert picked == [[0, 1], [2, 0], [2]]
+    assert readies == [[2, 0], [2], []]
