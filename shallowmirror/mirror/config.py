@@ -642,8 +642,17 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
                 problem = _scoped_key_problem(f"{flow}.", key)
                 if problem:
                     unknown_keys.append(problem)
-            elif key not in names and key not in MM2_IGNORED_KEYS and not _is_client_key(key) \
-                    and not key.startswith(("source.", "target.")):
+            elif key in names or key in MM2_IGNORED_KEYS or key.startswith(("source.",
+                                                                             "target.")):
+                pass
+            elif _is_client_key(key):
+                # MM2 hands a flow's keys to its connectors, whose clients take only their
+                # role's (`consumer.`, `producer.`, `admin.`): this one configures nothing.
+                warnings.append(
+                    f"{flow}.{key} applies to no client (as in MirrorMaker 2): set "
+                    f"{source}.{key} and {target}.{key} for every client of those clusters, or "
+                    f"{flow}.consumer.{key} / {flow}.producer.{key} for this flow's")
+            else:
                 hint = _closest(key)
                 unknown_keys.append(f"unknown configuration key '{flow}.{key}'"
                                     + (f"; did you mean '{flow}.{hint}'?" if hint else ""))

@@ -314,3 +314,24 @@ def test_librdkafka_configs_drop_java_only_keys():
     built = build_client(dict, {"bootstrap.servers": "a:1", "partition.assignment.strategy":
                                 "org.apache.kafka.clients.consumer.RangeAssignor"}, what="t")
     assert without_logging(built) == connection
+
+
+@pytest.mark.parametrize("key", ["security.protocol", "sasl.mechanism", "reconnect.deadline.ms",
+                                 "socket.connection.setup.timeout.ms"])
+def test_a_flow_scoped_client_key_is_said_to_reach_no_client(key):
+    """``A->B.security.protocol`` configures no client, here as in MirrorMaker 2 (a flow's
+    clients take ``A->B.consumer.`` / ``A->B.producer.`` keys): said once, with the keys that
+    would, and no client gets it."""
+    cfg = resolve_mm2({**BASE, f"A->B.{key}": "SASL_SSL"})
+    said = [w for w in cfg.warnings if w.startswith(f"A->B.{key} ")]
+    assert said == [f"A->B.{key} applies to no client (as in MirrorMaker 2): set A.{key} and "
+                    f"B.{key} for every client of those clusters, or A->B.consumer.{key} / "
+                    f"A->B.producer.{key} for this flow's"]
+    flow = cfg.flows[0]
+    assert key not in flow.source_consumer and key not in flow.target_producer
+
+
+def test_a_flow_scoped_setting_that_is_also_a_client_key_is_applied_without_a_warning():
+    cfg = resolve_mm2({**BASE, "A->B.request.timeout.ms": "7000"})
+    assert not [w for w in cfg.warnings if "request.timeout.ms" in w]
+    assert cfg.flows[0].engine_settings["request.timeout.ms"] == "7000"
