@@ -41,6 +41,7 @@ from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
 from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.fetch_session import FetchSession
+from shallowmirror.engine.fetch_share import Sharers, fair_partition_bytes
 from shallowmirror.engine.packing import Rotation
 from shallowmirror.engine.runtime import Runtime
 from shallowmirror.engine.startup import StartupTimeline
@@ -85,6 +86,8 @@ class Source:
         self.verify_crc = settings["crc.check"]
         #: KIP-227: only changed partitions are sent once the broker holds a session.
         self.session = FetchSession(settings["fetch.session.enable"])
+        #: Between how many partitions a Fetch's bytes are shared (engine.fetch_share).
+        self.sharers = Sharers()
         self.legacy_convert = settings["legacy.format"] == "convert"
         #: How far a batch rebuilt on the deep path may decompress (decompression bombs).
         self.deep_limit = deep.DecompressionLimit(
@@ -121,6 +124,7 @@ class Source:
     def remove(self, tp: tuple[str, int]) -> None:
         self.partitions.pop(tp, None)
         self.rotation.remove(tp)
+        self.sharers.forget(tp)
 
     async def run(self) -> None:
         """The fetch loop (supervised by the engine: an error escaping it is not swallowed)."""
@@ -155,7 +159,11 @@ class Source:
                  max_bytes: int | None = None) -> Any:
         """The Fetch request for ``asked`` (tp -> fetch offset, in request order)."""
         max_bytes = self.max_bytes if max_bytes is None else max_bytes
-        per_partition = fair_partition_bytes(max_bytes, len(asked), self.partition_max_bytes)
+        # The share is of fetch.max.bytes, then capped by this request's: a share that moved
+        # with the budget's free room would change the session's limit on most Fetches.
+        sharers = self.sharers.of(len(asked), time.monotonic())
+        per_partition = min(max_bytes, fair_partition_bytes(self.max_bytes, sharers,
+                                                            self.partition_max_bytes))
         isolation = 1 if self.read_committed else 0
         if version < 7 or not self.session.enabled:          # sessions: Fetch v7+
             return fetch_request(
@@ -270,6 +278,7 @@ class Source:
         records = part.records
         if records is None or len(records) == 0:
             return
+        self.sharers.returned_records(sp.tp, time.monotonic() if fetched_at is None else fetched_at)
         startup = self.owner.startup
         if not startup.done:
             startup.mark("first fetch")
@@ -415,20 +424,6 @@ class Source:
                                     next_offset=max(end, view.next_offset), rebuilt=why,
                                     high_watermark=hw))
         return out
-
-
-#: A partition's share of a Fetch is never cut below this (Kafka's default max.message.bytes):
-#: a share smaller than the partition's batches would return it only partial batches.
-MIN_FAIR_PARTITION_BYTES = 1 << 20
-
-
-def fair_partition_bytes(max_bytes: int, partitions: int, partition_max_bytes: int) -> int:
-    """Bytes asked per partition: an equal share of ``max_bytes`` (at least 1 MiB), at most
-    ``max.partition.fetch.bytes``. Kafka fills a response in request order, so a share of the
-    whole request per partition (16 MiB / 4 MiB) returned data for only the first four of eight
-    partitions, and produce requests then carried half the partitions they could."""
-    share = max(MIN_FAIR_PARTITION_BYTES, max_bytes // max(1, partitions))
-    return max(1, min(partition_max_bytes, max_bytes, share))
 
 
 async def list_offset(cluster: Cluster, tp: TP, timestamp: int, *, isolation_level: int = 0) -> int:
