@@ -17,6 +17,7 @@ acknowledgement also applies the offsets entry inline: the usual cases of ``Part
 """
 
 cimport cython
+from cpython.dict cimport PyDict_GetItemWithError
 from cpython.long cimport PyLong_AsLongLong, PyLong_FromLongLong
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -627,3 +628,71 @@ def ack_batches(dict partitions, list acked, bint follow_runs=False, double tall
         _set(batch, b[B_VIEW], None)
         _set(batch, b[B_REST], None)
     return n
+
+
+# ---- the fetch loop's passes over every owned partition -------------------------------------
+# With a fetch session a request names only what changed, but the loop still reads every
+# owned partition's state once per Fetch (10,000 partitions: ~5-7 ms a pass in Python).
+
+# SourcePartition fields the fetch loop reads
+cdef enum:
+    F_PAUSED, F_ERROR, F_LEADER, F_OFFSETS, F_HIGH_WATERMARK, F_HIGH_WATERMARK_AT
+cdef _Layout _FETCHING = _Layout(("paused", "error", "leader", "offsets", "high_watermark",
+                                  "high_watermark_at"))
+
+
+cdef inline bint _fetchable(object sp) except -1:
+    cdef Py_ssize_t *f = _FETCHING.off
+    return (not _get(sp, f[F_PAUSED]) and _get(sp, f[F_ERROR]) is None
+            and _get(sp, f[F_LEADER]) is not None)
+
+
+cdef inline object _position(object sp):
+    offsets = _get(sp, _FETCHING.off[F_OFFSETS])
+    _check(_OFFSETS, offsets)
+    return _get(offsets, _OFFSETS.off[O_END])
+
+
+def fetch_positions(list order, dict partitions):
+    """The fetchable partitions of ``order`` and their fetch positions; see
+    ``loops.fetch_positions``."""
+    cdef dict asked = {}
+    cdef PyObject *found
+    for tp in order:
+        found = PyDict_GetItemWithError(partitions, tp)
+        if found is NULL:
+            continue
+        sp = <object>found
+        _check(_FETCHING, sp)
+        if _fetchable(sp):
+            asked[tp] = _position(sp)
+    return asked
+
+
+def mark_unchanged(dict asked, object answered, dict partitions, object sent_at):
+    """Mark the high watermarks an incremental Fetch left unchanged; see
+    ``loops.mark_unchanged``."""
+    cdef PyObject *found
+    cdef Py_ssize_t *f = _FETCHING.off
+    for tp, position in asked.items():
+        if tp in answered:
+            continue
+        found = PyDict_GetItemWithError(partitions, tp)
+        if found is NULL:
+            continue
+        sp = <object>found
+        _check(_FETCHING, sp)
+        if _get_int(sp, f[F_HIGH_WATERMARK]) >= 0 and _position(sp) == position:
+            _set(sp, f[F_HIGH_WATERMARK_AT], sent_at)
+
+
+def changed_positions(dict wanted, dict sent, object max_bytes):
+    """The entries of ``wanted`` whose position ``sent`` does not hold; see
+    ``loops.changed_positions``."""
+    cdef list send = []
+    cdef PyObject *was
+    for tp, offset in wanted.items():
+        was = PyDict_GetItemWithError(sent, tp)
+        if was is NULL or <object>was != offset:
+            send.append((tp, offset, max_bytes))
+    return send

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from shallowmirror.engine import hotpath
+
 TP = tuple[str, int]
 
 #: Top-level Fetch errors that mean "the session is gone or out of step": fetch in full again.
@@ -98,7 +100,7 @@ class FetchSession:
         if max_bytes != self.sent_max_bytes:          # every partition's limit changed
             send = [(tp, off, max_bytes) for tp, off in wanted.items()]
         else:
-            send = [(tp, off, max_bytes) for tp, off in wanted.items() if sent.get(tp) != off]
+            send = hotpath.changed_positions(wanted, sent, max_bytes)
         forget = ([] if sent.keys() == wanted.keys()
                   else [tp for tp in sent if tp not in wanted])
         self._pending = (wanted, max_bytes, False)

@@ -235,3 +235,35 @@ def ack_batches(partitions: dict, acked: list[tuple[Any, int | None]],
         batch.view = None
         batch.rest = None
     return len(acked)
+
+
+# ---- the fetch loop's passes over every owned partition ----
+# A Fetch in a session names only the partitions that changed, yet the loop reads every owned
+# partition's state once per request: with 10,000 of them a pass in Python is ~5-7 ms.
+
+def fetch_positions(order: list[TTP], partitions: Mapping[TTP, Any]) -> dict[TTP, int]:
+    """The partitions of ``order`` still owned (in ``partitions``) and fetchable, with their
+    fetch positions, in ``order``: what the next Fetch asks for."""
+    return {tp: sp.fetch_position for tp in order
+            if (sp := partitions.get(tp)) is not None and sp.fetchable}
+
+
+def mark_unchanged(asked: Mapping[TTP, int], answered: Any, partitions: Mapping[TTP, Any],
+                   sent_at: float) -> None:
+    """An incremental Fetch for ``asked`` (tp -> fetch offset) answered only ``answered``
+    (a set of tp): the others' high watermarks did not change since the session last answered
+    them, so theirs holds as of ``sent_at`` (for a partition still owned, with a high watermark,
+    at the position it was fetched at)."""
+    for tp, position in asked.items():
+        if tp in answered:
+            continue
+        sp = partitions.get(tp)
+        if sp is not None and sp.high_watermark >= 0 and sp.fetch_position == position:
+            sp.high_watermark_at = sent_at
+
+
+def changed_positions(wanted: Mapping[TTP, int], sent: Mapping[TTP, int],
+                      max_bytes: int) -> list[tuple[TTP, int, int]]:
+    """(tp, fetch offset, ``max_bytes``) for each partition of ``wanted`` (in its order) whose
+    offset ``sent`` does not hold: what an incremental Fetch must send."""
+    return [(tp, off, max_bytes) for tp, off in wanted.items() if sent.get(tp) != off]

@@ -185,9 +185,7 @@ class Source:
         # connection are not asked for (one revoked there once failed the fetch loop, KeyError).
         # One pass reads each position once: the request, the session and the answer's checks
         # all use ``asked`` (with 10,000 partitions owned, each pass over them was ~3-14 ms).
-        partitions = self.partitions
-        asked = {tp: sp.fetch_position for tp in ready
-                 if (sp := partitions.get(tp)) is not None and sp.fetchable}
+        asked = hotpath.fetch_positions(ready, self.partitions)
         if not asked:
             return
         version = conn.api_version(FETCH_API_KEY, versions(FETCH_API_KEY))
@@ -239,13 +237,7 @@ class Source:
         ``sent_at``."""
         answered = {(topic.topic, part.partition)
                     for topic in response.topics for part in topic.partitions}
-        partitions = self.partitions
-        for tp, position in asked.items():      # no set of the rest: it is nearly all of them
-            if tp in answered:
-                continue
-            sp = partitions.get(tp)
-            if sp is not None and sp.high_watermark >= 0 and sp.fetch_position == position:
-                sp.high_watermark_at = sent_at
+        hotpath.mark_unchanged(asked, answered, self.partitions, sent_at)
 
     def _handle_partition(self, sp: SourcePartition, part: Any, lease: FrameLease, *,
                           must_progress: bool = False, fetched_at: float | None = None,

@@ -608,3 +608,57 @@ def test_plan_walks_the_ready_partitions_least_recently_sent_first(impl) -> None
     picked, readies = asyncio.run(plans())
     assert picked == [[0, 1], [2, 0], [2]]
     assert readies == [[2, 0], [2], []]
+
+
+def _fetching_world(seed: int) -> tuple[dict, list]:
+    """Owned source partitions in every state the fetch loop meets (paused, stopped, no
+    leader, no high watermark yet, moved on since a request), and a rotation order that also
+    names partitions no longer owned."""
+    rnd = random.Random(seed)
+    partitions: dict = {}
+    for p in range(rnd.randint(0, 40)):
+        sp = SourcePartition(TOPICS[p % 2], p, rnd.choice((0, 5, 1 << 40)), OffsetMap())
+        sp.paused = rnd.random() < 0.15
+        sp.error = "stopped" if rnd.random() < 0.1 else None
+        sp.leader = None if rnd.random() < 0.1 else rnd.choice((1, 2))
+        sp.high_watermark = rnd.choice((-1, 0, 7, 1 << 40))
+        partitions[sp.tp] = sp
+    order = list(partitions) + [("gone", p) for p in range(rnd.randint(0, 3))]
+    rnd.shuffle(order)
+    return partitions, order
+
+
+def _fetching_state(partitions: dict) -> list:
+    return [(tp, sp.high_watermark_at, sp.fetch_position) for tp, sp in partitions.items()]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fetch_loop_passes_agree(seed: int) -> None:
+    def run(impl) -> tuple:
+        partitions, order = _fetching_world(seed)
+        rnd = random.Random(seed + 1)
+        asked = impl.fetch_positions(order, partitions)
+        # The answer names some of them; some moved on meanwhile, some were revoked.
+        answered = {tp for tp in asked if rnd.random() < 0.3}
+        for tp in list(asked):
+            if rnd.random() < 0.1:
+                partitions[tp].offsets._end += 1
+            elif rnd.random() < 0.05:
+                del partitions[tp]
+        impl.mark_unchanged(asked, answered, partitions, 12.5)
+        sent = {tp: off + (rnd.random() < 0.3) for tp, off in asked.items()
+                if rnd.random() < 0.8}
+        send = impl.changed_positions(asked, sent, 1 << 20)
+        return list(asked.items()), _fetching_state(partitions), send
+
+    results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
+    assert results["native"] == results["python"]
+
+
+def test_fetch_positions_takes_the_fetchable_ones_in_order() -> None:
+    partitions, order = _fetching_world(3)
+    want = [(tp, partitions[tp].fetch_position) for tp in order
+            if tp in partitions and not partitions[tp].paused
+            and partitions[tp].error is None and partitions[tp].leader is not None]
+    assert want, "the world has fetchable partitions"
+    assert list(native.fetch_positions(order, partitions).items()) == want
