@@ -164,4 +164,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from shallowmirror.bench.interrupts import run_script
+
+    raise SystemExit(run_script(main))

@@ -477,5 +477,7 @@ def _print_row(name: str, codec: str, batch_bytes: int, total_bytes: int, batche
 
 
 if __name__ == "__main__":
+    from shallowmirror.bench.interrupts import run_script
+
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    raise SystemExit(main())
+    raise SystemExit(run_script(main))

@@ -229,4 +229,6 @@ def _compressed_bytes(bootstrap: str, topic: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from shallowmirror.bench.interrupts import run_script
+
+    raise SystemExit(run_script(main))

@@ -200,26 +200,37 @@ def _run_child(source: Any, target: Any, topics: list[str], partitions: int,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                  text=True, env=os.environ)
         assert child.stdout is not None and child.stdin is not None
-        line = child.stdout.readline()
-        if line.strip() == "caught-up" and busy_load == "backlog":
-            os.kill(child.pid, signal.SIGSTOP)
-            try:
-                load_busy()
-                child.stdin.write(f"{records}\n")
-                child.stdin.flush()
-            finally:
-                os.kill(child.pid, signal.SIGCONT)
-            out, _ = child.communicate(timeout=3600)
-        elif line.strip() == "caught-up":
-            load_busy()
-            out, _ = child.communicate(f"{records}\n", timeout=3600)
-        else:
+        try:
+            out = _drive_child(child, load_busy, records, busy_load)
+        except BaseException:           # a stop (Ctrl-C, SIGTERM) or a failed load
             child.kill()
-            out = line + child.communicate()[0]
+            child.wait()
+            raise
         if child.returncode or not out.strip():
             log.seek(0)
             raise RuntimeError(f"child failed: {out[-1000:]}{log.read()[-3000:]}")
     return json.loads(out.strip().splitlines()[-1])
+
+
+def _drive_child(child: subprocess.Popen, load_busy, records: int, busy_load: str) -> str:
+    """Load the busy topic once ``child`` has caught up (stopping it meanwhile for a backlog),
+    then wait for its result line."""
+    assert child.stdout is not None and child.stdin is not None
+    line = child.stdout.readline()
+    if line.strip() == "caught-up" and busy_load == "backlog":
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            load_busy()
+            child.stdin.write(f"{records}\n")
+            child.stdin.flush()
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        return child.communicate(timeout=3600)[0]
+    if line.strip() == "caught-up":
+        load_busy()
+        return child.communicate(f"{records}\n", timeout=3600)[0]
+    child.kill()
+    return line + child.communicate()[0]
 
 
 def _clusters(args: argparse.Namespace):
@@ -304,4 +315,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from shallowmirror.bench.interrupts import run_script
+
+    sys.exit(run_script(main))

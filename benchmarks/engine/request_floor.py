@@ -360,4 +360,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from shallowmirror.bench.interrupts import run_script
+
+    raise SystemExit(run_script(main))

@@ -218,4 +218,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from shallowmirror.bench.interrupts import run_script
+
+    sys.exit(run_script(main))

@@ -136,4 +136,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from shallowmirror.bench.interrupts import run_script
+
+    raise SystemExit(run_script(main))

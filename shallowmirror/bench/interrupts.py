@@ -16,7 +16,9 @@ SIGINT, SIGTERM outside the ``shallowmirror`` command) are left as they are.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -64,3 +66,21 @@ class StopSignalLog:
         interrupt = self.interrupt()
         if interrupt is not None:
             raise interrupt
+
+
+def run_script(main: Callable[[], int | None]) -> int:
+    """Run a benchmark script's ``main`` with SIGTERM (``kill``, ``timeout``) unwinding it as
+    Ctrl-C does, so the clusters and children it started are stopped by the code that started
+    them: with Python's default a SIGTERM ended the script at once and left its Kafka JVMs
+    running. A stop ends with one line and 143 (SIGTERM) or 130 (Ctrl-C), not a traceback."""
+    from shallowmirror.cli.stop_signals import StopSignals, outcome
+
+    stops = StopSignals.install()
+    try:
+        return main() or 0
+    except KeyboardInterrupt as interrupt:
+        status, word = outcome(stops.received_interrupt() or interrupt)
+        print(word, file=sys.stderr)
+        return status
+    finally:
+        stops.restore()

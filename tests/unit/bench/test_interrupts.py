@@ -229,3 +229,42 @@ def test_a_sliced_flush_gives_up_at_its_deadline():
     producer.produce("t", b"value")
     assert flush_sliced(producer, 0.3, slice_s=0.1) == 1
     producer.purge()
+
+
+_SCRIPT = """
+import sys, time
+from shallowmirror.bench.interrupts import run_script
+from shallowmirror.testing.clusters import started_clusters
+
+def main():
+    with started_clusters("tansu", "source") as (source,):
+        print(source.pid, flush=True)
+        time.sleep(60)
+    return 0
+
+raise SystemExit(run_script(main))
+"""
+
+
+@pytest.mark.parametrize("signum, status, word", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                  (signal.SIGINT, 130, "interrupted")])
+def test_a_benchmark_script_stopped_by_a_signal_stops_the_broker_it_started(signum, status, word):
+    """``kill`` of a benchmark script (``run_script``) unwinds it as Ctrl-C does: the broker it
+    started is stopped, the script says how it ended in one line and exits 130/143. Before,
+    SIGTERM ended it at once and its brokers (Kafka JVMs) kept running."""
+    script = subprocess.Popen([sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        broker = int(script.stdout.readline())
+        assert psutil.pid_exists(broker)
+        script.send_signal(signum)
+        _out, err = script.communicate(timeout=30)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert script.returncode == status
+    assert err.strip().splitlines()[-1] == word and "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(broker) and psutil.Process(broker).status() != "zombie":
+        assert time.monotonic() < deadline, "the broker outlived the script"
+        time.sleep(0.1)
