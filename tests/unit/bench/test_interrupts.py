@@ -252,8 +252,11 @@ def test_a_benchmark_script_stopped_by_a_signal_stops_the_broker_it_started(sign
     """``kill`` of a benchmark script (``run_script``) unwinds it as Ctrl-C does: the broker it
     started is stopped, the script says how it ended in one line and exits 130/143. Before,
     SIGTERM ended it at once and its brokers (Kafka JVMs) kept running."""
+    # SIGINT at its default in the script, as in a terminal: a background job (CI's) inherits
+    # it ignored, and an ignored Ctrl-C is left ignored on purpose (StopSignals.install).
     script = subprocess.Popen([sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         broker = int(script.stdout.readline())
         assert psutil.pid_exists(broker)
