@@ -27,9 +27,10 @@ broker's session holds (partition -> fetch offset; every partition's max bytes, 
 fetch loop asks each partition of a request for the same share). ``fetch.sessions=false`` turns
 sessions off (epoch -1: sessionless, every partition every time).
 
-A request costs one comprehension over the wanted partitions and a keys comparison (in C)
-here, with no tuple made per partition: with 10,000 partitions owned, per-partition Python in
-the fetch loop was most of the busy topic's CPU per GB (RESULTS.md section 11).
+A request costs one native pass over the wanted partitions (``hotpath.changed_positions``)
+and a keys comparison here, with no tuple made per unchanged partition: with 10,000 partitions
+owned, per-partition Python in the fetch loop was most of the busy topic's CPU per GB
+(RESULTS.md section 11).
 """
 
 from __future__ import annotations

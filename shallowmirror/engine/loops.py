@@ -137,6 +137,8 @@ def settle_ready(ready: dict, partitions: Mapping[TTP, Any], order: list[TTP],
         if ttp in ready:
             del ready[ttp]
             ready[ttp] = None
+
+
 def request_topics(picks: list[tuple[TTP, Any]]) -> list[tuple[str, list]]:
     """The stamped picks grouped by topic, as ``codec.encode_produce_request`` takes them."""
     topics: dict[str, list] = {}
