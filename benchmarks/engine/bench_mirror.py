@@ -29,7 +29,13 @@ times, side by side:
    mm2.properties with one flow from a new source alias (so a new remote topic, ``<alias>.<topic>``
    as the engine phase names it) with MM2's defaults (consumer group, offset syncs, checkpoints,
    heartbeats, the metrics its status lines use), timed from its "first record on the target"
-   log line (start-up and group join left out) to the same end; its CPU is the whole process's.
+   log line (start-up and group join left out) to the same end; its CPU is the whole process's;
+4. floor (only when asked: ``--phases fetch,produce,mirror,floor``): ``mirror_floor.c``, the same
+   copy from C with no interpreter (Fetch answers split and CRC-checked, one batch per partition
+   per Produce request sent from the Fetch answer's buffer, the mirror's requests in flight and
+   answers per wake-up, its buffer.memory), into a fresh target topic: what the mirror's cycle
+   costs with the least user-space work, so the mirror's CPU per GB can be read against it
+   (single-broker clusters only; compiled here with ``cc``).
 With ``--baseline DIR`` the produce-only and mirror phases also run with ``PYTHONPATH=DIR`` (an
 exported older tree, e.g. ``git archive <commit> shallowmirror | tar -x -C DIR`` plus its built
 codec), interleaved with the current code's runs on the same topics and brokers (which code
@@ -51,6 +57,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -283,7 +290,6 @@ def mirror_process_run(source: str, target: str, topic: str, prefix: str,
                        ends: dict[int, int], buffer_memory: int, broker_pids: list[int],
                        sets: list[str], pythonpath: str | None = None) -> dict:
     """``mirror_run`` for ``shallowmirror mirror``: flow ``<prefix>->B`` of ``topic``."""
-    import tempfile
     import threading
 
     watcher = HighWatermarks(target, f"{prefix}.{topic}")
@@ -322,6 +328,27 @@ def mirror_process_run(source: str, target: str, topic: str, prefix: str,
             proc.send_signal(signal.SIGTERM)
             proc.wait(120)
             watcher.close()
+
+
+def floor_run(source: str, target: str, topic: str, target_topic: str, ends: dict[int, int],
+              buffer_memory: int, broker_pids: list[int], binary: str) -> dict:
+    """``mirror_floor.c`` copying ``topic`` into ``target_topic``: its own JSON line (CPU from
+    its ``getrusage``, wall from its clock) and the brokers' CPU over the same run."""
+    source_host, source_port = source.rsplit(":", 1)
+    target_host, target_port = target.rsplit(":", 1)
+    cmd = [binary, source_host, source_port, target_host, target_port, topic, target_topic,
+           ",".join(str(ends[p]) for p in range(len(ends))), "5", "3", str(2 * 1024 * 1024),
+           str(buffer_memory)]
+    brokers = CpuWindow(broker_pids)
+    brokers.start()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    broker_cpu = brokers.stop()
+    if done.returncode != 0:
+        raise RuntimeError(f"mirror_floor failed ({done.returncode}): {done.stderr.strip()}")
+    result = json.loads(done.stdout)
+    result["cpu_s"] = result["user_s"] + result["system_s"]
+    result["broker_cpu_s"] = broker_cpu
+    return result
 
 
 def _records_for(spec: str, codec: str) -> int:
@@ -380,6 +407,12 @@ def main() -> int:
           f"{args.process}; "
           f"load average {os.getloadavg()[0]:.1f}; host reference {host_reference:.0f} us")
     variants = [("new", None)] + ([("base", args.baseline)] if args.baseline else [])
+    floor_binary = None
+    if "floor" in phases:
+        from request_floor import build_native_client  # beside this script
+
+        floor_binary = build_native_client(stack.enter_context(tempfile.TemporaryDirectory()),
+                                           "mirror_floor")
     print(f"{'code':4} {'codec':7} {'batch':>7} {'MB':>6} {'batches':>7} {'mirror':>7} {'fetch':>7} {'produce':>7} {'m/f':>5} "
           f"{'m/min':>5} {'CPU s/GB':>8} {'brokers s/GB (src+tgt)':>22} {'RSS MB':>7}  (MB/s)")
     try:
@@ -398,7 +431,8 @@ def main() -> int:
             for rep, (name, pythonpath) in ((r, v) for r in range(args.repeat)
                                             for v in (variants if r % 2 == 0
                                                       else variants[::-1])):
-                run = {"code": name, "pythonpath": pythonpath, "codec": codec, "records": records, "compressed_bytes": total_bytes,
+                run = {"code": name, "pythonpath": pythonpath, "codec": codec, "topic": topic,
+                       "records": records, "compressed_bytes": total_bytes,
                        "batch_bytes": batch_bytes, "value_bytes": args.value_bytes,
                        "batches": total_batches, "broker": flavor,
                        "buffer_memory": args.buffer_memory, "settings": args.set,
@@ -437,6 +471,19 @@ def main() -> int:
                     run["mirror"] = mr
                     run["mirror_mb_s"] = total_bytes / 1e6 / mr["wall_s"]
                     run["cpu_s_per_gb"] = mr["cpu_s"] / (total_bytes / 1e9)
+                if floor_binary is not None and name == "new":
+                    ftopic = f"{topic}-f{rep}"
+                    create_topic({"bootstrap.servers": target},
+                                 Workload(topic=ftopic, partitions=args.partitions))
+                    fl = floor_run(source, target, topic, ftopic, ends, args.buffer_memory,
+                                   broker_pids, floor_binary)
+                    if fl["bytes"] != total_bytes or fl["batches"] != total_batches:
+                        raise RuntimeError(f"mirror_floor copied {fl['batches']} batches "
+                                           f"({fl['bytes']} bytes) of {total_batches} "
+                                           f"({total_bytes})")
+                    run["floor"] = {**fl, "target_topic": ftopic}
+                    run["floor_mb_s"] = total_bytes / 1e6 / fl["wall_s"]
+                    run["floor_cpu_s_per_gb"] = fl["cpu_s"] / (total_bytes / 1e9)
                 runs[name].append(run)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(run) + "\n")
@@ -474,6 +521,11 @@ def _print_row(name: str, codec: str, batch_bytes: int, total_bytes: int, batche
     print(f"{name:4} {codec:7} {batch_bytes:7} {total_bytes / 1e6:6.0f} {batches:7} {m:7.1f} {f:7.1f} {p:7.1f} {m / f:5.2f} "
           f"{m / ceiling:5.2f} {_med(runs, 'cpu_s_per_gb'):8.2f} {bsrc:10.2f} + {btgt:9.2f} "
           f"{_med(runs, 'mirror', 'peak_rss_bytes') / 1e6:7.0f}", flush=True)
+    if any("floor" in r for r in runs):
+        print(f"{'floor':4} {codec:7} {batch_bytes:7} {total_bytes / 1e6:6.0f} {batches:7} "
+              f"{_med(runs, 'floor_mb_s'):7.1f} {'':7} {'':7} {'':5} {'':5} "
+              f"{_med(runs, 'floor_cpu_s_per_gb'):8.2f}   (mirror_floor.c: no interpreter)",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -212,16 +212,17 @@ def measure_blocking(bootstrap: str, batches: list[bytes], megabytes: int,
     return _row(total, len(batches), request_bytes, cpu, wall, *usage)
 
 
-def build_native_client(workdir: str) -> str:
-    """Compile ``request_floor.c`` (beside this file) with the system's C compiler."""
+def build_native_client(workdir: str, name: str = "request_floor") -> str:
+    """Compile ``<name>.c`` (beside this file: ``request_floor.c``, or bench_mirror.py's
+    ``mirror_floor.c``) with the system's C compiler; return the binary's path."""
     import shutil
     import subprocess
 
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
-        raise SystemExit("request_floor: --clients native needs a C compiler (cc, or $CC)")
-    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "request_floor.c")
-    binary = os.path.join(workdir, "request_floor")
+        raise SystemExit(f"{name}: the C client needs a C compiler (cc, or $CC)")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.c")
+    binary = os.path.join(workdir, name)
     subprocess.run([compiler, "-O2", "-o", binary, source], check=True)
     return binary
 

@@ -4,13 +4,17 @@ its first record on the target to caught up. Benchmarks that nothing runs break 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from shallowmirror.testing.topics import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -20,6 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # Enough records that the window spans several of the kernel's 10 ms CPU ticks on a fast host:
 # 20,000 were mirrored within one, and the process's CPU read 0.
 RECORDS = 300_000
+FLOOR_RECORDS = 30_000
+
+
+def _request_floor():
+    """``benchmarks/engine/request_floor.py`` as a module: it compiles both C helpers."""
+    spec = importlib.util.spec_from_file_location(
+        "request_floor", ROOT / "benchmarks" / "engine" / "request_floor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_bench_mirror_times_the_mirror_process(source_cluster, target_cluster, tmp_path):
@@ -40,3 +54,44 @@ def test_bench_mirror_times_the_mirror_process(source_cluster, target_cluster, t
     assert run["mirror"]["cpu_s"] > 0 and run["mirror"]["wall_s"] > 0
     assert run["cpu_s_per_gb"] > 0
     assert "mirror process mirror" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="mirror_floor.c needs cc")
+def test_bench_mirror_floor_copies_every_record(source_cluster, target_cluster, tmp_path):
+    """``--phases floor`` (``mirror_floor.c``, the mirror's cycle from C) copies the topic exactly:
+    its CPU per GB is read against the mirror's in RESULTS.md, so it must do the same work."""
+    out = tmp_path / "runs.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine" / "bench_mirror.py"),
+         "--codecs", "lz4", "--records", str(FLOOR_RECORDS), "--value-bytes", "300",
+         "--batch-bytes", "16384", "--partitions", "3", "--repeat", "1", "--phases", "floor",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT),
+             "SHALLOWMIRROR_SOURCE_BOOTSTRAP": source_cluster.bootstrap,
+             "SHALLOWMIRROR_TARGET_BOOTSTRAP": target_cluster.bootstrap})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run,) = [json.loads(line) for line in out.read_text().splitlines()]
+    floor = run["floor"]
+    assert floor["batches"] == run["batches"] > 3 and floor["bytes"] == run["compressed_bytes"]
+    # One batch per partition per Produce request (stock Kafka's rule): at least a third as
+    # many requests as batches with three partitions, and every answer was read.
+    assert floor["requests"] >= run["batches"] // 3 and floor["target_reads"] > 0
+    assert floor["cpu_s"] >= 0 and floor["wall_s"] > 0
+    assert "(mirror_floor.c: no interpreter)" in done.stdout
+    source = read_topic(source_cluster, run["topic"])
+    copied = read_topic(target_cluster, floor["target_topic"])
+    assert sum(len(records) for records in source.values()) == FLOOR_RECORDS
+    for partition, records in source.items():     # key, value, headers, timestamp, in order
+        assert copied[partition] == records, f"partition {partition}"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="mirror_floor.c needs cc")
+def test_mirror_floor_refuses_bad_arguments(tmp_path):
+    binary = _request_floor().build_native_client(str(tmp_path), "mirror_floor")
+    for args in (["t", "t2", "10,x"], ["t", "t2", "10", "0"], ["t", "t2", "10", "5", "0"],
+                 ["t", "t2", "10", "5", "3", "10"]):
+        done = subprocess.run([binary, "127.0.0.1", "9", "127.0.0.1", "9", *args],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode in (1, 2), (args, done.stderr)
+        assert "mirror_floor:" in done.stderr and "connect" not in done.stderr, args
