@@ -344,7 +344,10 @@ def floor_run(source: str, target: str, topic: str, target_topic: str, ends: dic
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     broker_cpu = brokers.stop()
     if done.returncode != 0:
-        raise RuntimeError(f"mirror_floor failed ({done.returncode}): {done.stderr.strip()}")
+        hint = (" (mirror_floor talks to each cluster's bootstrap broker only: it needs "
+                "single-broker clusters)" if " error 6" in done.stderr else "")
+        raise RuntimeError(f"mirror_floor failed ({done.returncode}): {done.stderr.strip()}"
+                           f"{hint}")
     result = json.loads(done.stdout)
     result["cpu_s"] = result["user_s"] + result["system_s"]
     result["broker_cpu_s"] = broker_cpu
