@@ -7,13 +7,14 @@
  * Fetches every batch of <topic> (partitions 0..n-1, from offset 0 to the given end offsets)
  * from the source broker and produces it, unchanged, to the same partition of <target topic> on
  * the target broker: Fetch v4 answers split into batches (each checked: magic 2, CRC-32C over
- * [21, end) with the codec's own CRC code; base offset set to 0 in place), one batch per partition per Produce v3 request (stock
- * Kafka's rule), the batch bytes sent from the Fetch answer's own buffer (writev, no copy), up to
- * <in flight> requests outstanding (default 5), the target socket waking the loop once per
- * <answers per wake-up> answers (default 3, SO_RCVLOWAT, as the mirror's
- * target.answers.per.wakeup), every answer's error codes checked, a Fetch answer's memory freed
- * once its last batch is acknowledged, no more fetched while <budget> bytes (default 64 MiB, the
- * mirror's buffer.memory) are held. One thread, one poll over both sockets.
+ * [21, end) with the codec's own CRC code; base offset set to 0 in place), one batch per
+ * partition per Produce v3 request (stock Kafka's rule), the batch bytes sent from the Fetch
+ * answer's own buffer (writev, no copy), up to <in flight> requests outstanding (default 5), the
+ * target socket waking the loop once per <answers per wake-up> answers (default 3, SO_RCVLOWAT,
+ * as the mirror's target.answers.per.wakeup), every answer's error codes checked, a Fetch
+ * answer's memory freed once its last batch is acknowledged, no more fetched while <budget>
+ * bytes (default 64 MiB, the mirror's buffer.memory) are held. One thread, one poll over both
+ * sockets; 2 MiB per partition per Fetch by default.
  *
  * What it leaves out of the mirror's work: the producer-identity stamp (the loaded batches are
  * forwarded with their own producer id and sequences, which a target that never saw that
@@ -60,13 +61,30 @@ static void fail(const char *fmt, long a, long b) {
 }
 
 /* ---- big-endian fields ---------------------------------------------------------------- */
-static uint8_t *put16(uint8_t *p, int v) { uint16_t x = htons((uint16_t)v); memcpy(p, &x, 2); return p + 2; }
-static uint8_t *put32(uint8_t *p, int32_t v) { uint32_t x = htonl((uint32_t)v); memcpy(p, &x, 4); return p + 4; }
-static uint8_t *put64(uint8_t *p, int64_t v) { p = put32(p, (int32_t)(v >> 32)); return put32(p, (int32_t)v); }
-static uint8_t *putstr(uint8_t *p, const char *s) { size_t n = strlen(s); p = put16(p, (int)n); memcpy(p, s, n); return p + n; }
+static uint8_t *put16(uint8_t *p, int v) {
+    uint16_t x = htons((uint16_t)v);
+    memcpy(p, &x, 2);
+    return p + 2;
+}
+static uint8_t *put32(uint8_t *p, int32_t v) {
+    uint32_t x = htonl((uint32_t)v);
+    memcpy(p, &x, 4);
+    return p + 4;
+}
+static uint8_t *put64(uint8_t *p, int64_t v) {
+    return put32(put32(p, (int32_t)(v >> 32)), (int32_t)v);
+}
+static uint8_t *putstr(uint8_t *p, const char *s) {
+    size_t n = strlen(s);
+    p = put16(p, (int)n);
+    memcpy(p, s, n);
+    return p + n;
+}
 static int16_t get16(const uint8_t *p) { uint16_t x; memcpy(&x, p, 2); return (int16_t)ntohs(x); }
 static int32_t get32(const uint8_t *p) { uint32_t x; memcpy(&x, p, 4); return (int32_t)ntohl(x); }
-static int64_t get64(const uint8_t *p) { return ((int64_t)get32(p) << 32) | (uint32_t)get32(p + 4); }
+static int64_t get64(const uint8_t *p) {
+    return ((int64_t)get32(p) << 32) | (uint32_t)get32(p + 4);
+}
 
 /* ---- CRC-32C: the codec's own (native/crc32c_hw.h, three streams of the SSE4.2 instruction),
  * its stream-joining tables made as native/_crecords.pyx makes them ---------------------- */
@@ -132,9 +150,9 @@ typedef struct Frame {              /* one Fetch answer, freed with its last bat
 
 typedef struct Batch {
     const uint8_t *data;
-    int32_t size;
+    int32_t size, partition;
     Frame *frame;
-    struct Batch *next;
+    struct Batch *next;             /* in its partition's queue */
 } Batch;
 
 typedef struct {
@@ -266,9 +284,11 @@ static void take_fetch(uint8_t *base, int32_t size) {
             int32_t records = get32(p);
             p += 4;
             if (error) fail("fetch: partition %ld error %ld", partition, error);
-            if (partition < 0 || partition >= n_parts) fail("fetch: partition %ld of %ld", partition, n_parts);
+            if (partition < 0 || partition >= n_parts)
+                fail("fetch: partition %ld of %ld", partition, n_parts);
             if (records < 0) records = 0;
-            if (p + records > end) fail("fetch: records overrun (%ld, %ld)", records, (long)(end - p));
+            if (p + records > end)
+                fail("fetch: records overrun (%ld, %ld)", records, (long)(end - p));
             const uint8_t *r = p, *rend = p + records;
             Partition *part = &parts[partition];
             while (rend - r >= 61) {
@@ -280,13 +300,14 @@ static void take_fetch(uint8_t *base, int32_t size) {
                 if ((uint32_t)get32(r + 17) != crc32c(r + 21, (size_t)total - 21))
                     fail("batch at %ld: CRC mismatch (%ld)", (long)base, 0);
                 int64_t last = base + get32(r + 23);
-                if (last >= part->next_offset) {
+                if (last >= part->next_offset && base < part->end) {
                     /* A client's batch has base offset 0 (outside the CRC): set in place. */
                     memset((uint8_t *)r, 0, 8);
                     Batch *b = malloc(sizeof *b);
                     if (!b) die("malloc");
                     b->data = r;
                     b->size = total;
+                    b->partition = partition;
                     b->frame = frame;
                     b->next = NULL;
                     frame->holders++;
@@ -323,7 +344,6 @@ static int plan_produce(Request *req) {
         part->head = b->next;
         if (!part->head) part->tail = NULL;
         part->queued--;
-        b->next = (Batch *)(intptr_t)p;             /* its partition, while in flight */
         req->batches[req->count++] = b;
     }
     req->answer_bytes = produce_answer_bytes(req->count);
@@ -349,7 +369,7 @@ static void send_produce(int fd, Request *req) {
     iov[0].iov_len = (size_t)(p - head);
     for (int i = 0; i < req->count; i++) {
         Batch *b = req->batches[i];
-        put32(per[i], (int32_t)(intptr_t)b->next);
+        put32(per[i], b->partition);
         put32(per[i] + 4, b->size);
         iov[1 + 2 * i].iov_base = per[i];
         iov[1 + 2 * i].iov_len = 8;
@@ -395,7 +415,8 @@ int main(int argc, char **argv) {
     for (char *s = argv[7]; *s && n_parts < MAX_PARTITIONS; n_parts++) {
         char *endp;
         parts[n_parts].end = strtoll(s, &endp, 10);
-        if (endp == s || parts[n_parts].end < 0) fail("bad end offset list at partition %ld (%ld)", n_parts, 0);
+        if (endp == s || parts[n_parts].end < 0)
+            fail("bad end offset list at partition %ld (%ld)", n_parts, 0);
         s = *endp == ',' ? endp + 1 : endp;
     }
     long in_flight = argc > 8 ? atol(argv[8]) : 5;
@@ -473,7 +494,9 @@ int main(int argc, char **argv) {
                 size_t n = (size_t)get32(answers + at) + 4;
                 if (answers_end - at < n) break;
                 Request *req = &reqs[first % MAX_IN_FLIGHT];
-                if (n != req->answer_bytes) fail("produce answer of %ld bytes, %ld expected", (long)n, (long)req->answer_bytes);
+                if (n != req->answer_bytes)
+                    fail("produce answer of %ld bytes, %ld expected", (long)n,
+                         (long)req->answer_bytes);
                 settle_produce(answers + at + 4, req);
                 first++;
                 outstanding--;
