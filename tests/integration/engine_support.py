@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -270,3 +271,14 @@ def delete_records_before(cluster: Any, topic: str, offset: int) -> None:
     done = admin.delete_records([TopicPartition(topic, 0, offset)])
     low = next(iter(done.values())).result(30)
     assert low.low_watermark == offset, vars(low)
+
+
+def benchmark_script(name: str) -> Any:
+    """``benchmarks/engine/<name>.py`` as a module (the scripts are not part of the package)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "engine" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

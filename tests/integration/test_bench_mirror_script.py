@@ -4,7 +4,6 @@ its first record on the target to caught up. Benchmarks that nothing runs break 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_support import benchmark_script
 
 from shallowmirror.testing.topics import read_topic
 
@@ -27,44 +27,13 @@ RECORDS = 300_000
 FLOOR_RECORDS = 30_000
 
 
-def _request_floor():
-    """``benchmarks/engine/request_floor.py`` as a module: it compiles both C helpers."""
-    spec = importlib.util.spec_from_file_location(
-        "request_floor", ROOT / "benchmarks" / "engine" / "request_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_mirror_times_the_mirror_process(source_cluster, target_cluster, tmp_path):
+def _bench_mirror(source_cluster, target_cluster, tmp_path, *args: str) -> tuple[dict, str]:
+    """Run ``bench_mirror.py`` with ``args`` against the test clusters (its "external" mode);
+    return its one run (JSON) and what it printed."""
     out = tmp_path / "runs.jsonl"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "engine" / "bench_mirror.py"),
-         "--process", "mirror", "--codecs", "lz4", "--records", str(RECORDS), "--value-bytes", "300",
-         "--batch-bytes", "16384", "--repeat", "1", "--phases", "mirror", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT),
-             "SHALLOWMIRROR_SOURCE_BOOTSTRAP": source_cluster.bootstrap,
-             "SHALLOWMIRROR_TARGET_BOOTSTRAP": target_cluster.bootstrap})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (run,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert run["process"] == "mirror" and run["records"] == RECORDS
-    # The window ran from the first record to the last: it saw work, and the process's CPU.
-    assert run["batches"] > 10
-    assert run["mirror"]["cpu_s"] > 0 and run["mirror"]["wall_s"] > 0
-    assert run["cpu_s_per_gb"] > 0
-    assert "mirror process mirror" in done.stdout
-
-
-@pytest.mark.skipif(shutil.which("cc") is None, reason="mirror_floor.c needs cc")
-def test_bench_mirror_floor_copies_every_record(source_cluster, target_cluster, tmp_path):
-    """``--phases floor`` (``mirror_floor.c``, the mirror's cycle from C) copies the topic exactly:
-    its CPU per GB is read against the mirror's in RESULTS.md, so it must do the same work."""
-    out = tmp_path / "runs.jsonl"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "engine" / "bench_mirror.py"),
-         "--codecs", "lz4", "--records", str(FLOOR_RECORDS), "--value-bytes", "300",
-         "--batch-bytes", "16384", "--partitions", "3", "--repeat", "1", "--phases", "floor",
+        [sys.executable, str(ROOT / "benchmarks" / "engine" / "bench_mirror.py"), "--codecs",
+         "lz4", "--value-bytes", "300", "--batch-bytes", "16384", "--repeat", "1", *args,
          "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT),
@@ -72,13 +41,33 @@ def test_bench_mirror_floor_copies_every_record(source_cluster, target_cluster, 
              "SHALLOWMIRROR_TARGET_BOOTSTRAP": target_cluster.bootstrap})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (run,) = [json.loads(line) for line in out.read_text().splitlines()]
+    return run, done.stdout
+
+
+def test_bench_mirror_times_the_mirror_process(source_cluster, target_cluster, tmp_path):
+    run, printed = _bench_mirror(source_cluster, target_cluster, tmp_path, "--process", "mirror",
+                                 "--records", str(RECORDS), "--phases", "mirror")
+    assert run["process"] == "mirror" and run["records"] == RECORDS
+    # The window ran from the first record to the last: it saw work, and the process's CPU.
+    assert run["batches"] > 10
+    assert run["mirror"]["cpu_s"] > 0 and run["mirror"]["wall_s"] > 0
+    assert run["cpu_s_per_gb"] > 0
+    assert "mirror process mirror" in printed
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="mirror_floor.c needs cc")
+def test_bench_mirror_floor_copies_every_record(source_cluster, target_cluster, tmp_path):
+    """``--phases floor`` (``mirror_floor.c``, the mirror's cycle from C) copies the topic exactly:
+    its CPU per GB is read against the mirror's in RESULTS.md, so it must do the same work."""
+    run, printed = _bench_mirror(source_cluster, target_cluster, tmp_path, "--records",
+                                 str(FLOOR_RECORDS), "--partitions", "3", "--phases", "floor")
     floor = run["floor"]
     assert floor["batches"] == run["batches"] > 3 and floor["bytes"] == run["compressed_bytes"]
     # One batch per partition per Produce request (stock Kafka's rule): at least a third as
     # many requests as batches with three partitions, and every answer was read.
     assert floor["requests"] >= run["batches"] // 3 and floor["target_reads"] > 0
     assert floor["cpu_s"] >= 0 and floor["wall_s"] > 0
-    assert "(mirror_floor.c: no interpreter)" in done.stdout
+    assert "(mirror_floor.c: no interpreter)" in printed
     source = read_topic(source_cluster, run["topic"])
     copied = read_topic(target_cluster, floor["target_topic"])
     assert sum(len(records) for records in source.values()) == FLOOR_RECORDS
@@ -88,7 +77,7 @@ def test_bench_mirror_floor_copies_every_record(source_cluster, target_cluster, 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="mirror_floor.c needs cc")
 def test_mirror_floor_refuses_bad_arguments(tmp_path):
-    binary = _request_floor().build_native_client(str(tmp_path), "mirror_floor")
+    binary = benchmark_script("request_floor").build_native_client(str(tmp_path), "mirror_floor")
     for args in (["t", "t2", "10,x"], ["t", "t2", "10", "0"], ["t", "t2", "10", "5", "0"],
                  ["t", "t2", "10", "5", "3", "10"]):
         done = subprocess.run([binary, "127.0.0.1", "9", "127.0.0.1", "9", *args],

@@ -7,28 +7,22 @@ section 7, session 33); benchmarks that nothing runs break unnoticed."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
+from engine_support import benchmark_script
 
 from shallowmirror.bench import topics as bench_topics
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 IN_FLIGHT = 5
 
 
 def _request_floor():
     """The benchmark script as a module (it is not part of the package)."""
-    spec = importlib.util.spec_from_file_location(
-        "request_floor", ROOT / "benchmarks" / "engine" / "request_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("request_floor")
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="the native floor client needs cc")
