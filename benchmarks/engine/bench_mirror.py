@@ -373,7 +373,8 @@ def main() -> int:
     parser.add_argument("--mirror-set", action="append", default=[], metavar="KEY=VALUE",
                         help="engine setting for the mirror run only (e.g. more target "
                              "connections measured against the default produce-only ceiling)")
-    parser.add_argument("--phases", default="fetch,produce,mirror")
+    parser.add_argument("--phases", default="fetch,produce,mirror",
+                        help="comma list of fetch, produce, mirror, floor (floor: mirror_floor.c)")
     parser.add_argument("--py-spy", help="directory: record the mirror with py-spy (raw stacks)")
     parser.add_argument("--out", default="bench_mirror.jsonl")
     parser.add_argument("--broker", choices=test_clusters.FLAVORS,
@@ -395,6 +396,10 @@ def main() -> int:
                              "most one batch of each)")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
+    unknown = phases - {"fetch", "produce", "mirror", "floor"}
+    if unknown:
+        parser.error(f"--phases: {', '.join(sorted(unknown))} is not one of fetch, produce, "
+                     "mirror, floor")
     stack = contextlib.ExitStack()
     flavor, clusters = stack.enter_context(
         test_clusters.source_and_target(args.broker, args.kafka_home))

@@ -84,3 +84,13 @@ def test_mirror_floor_refuses_bad_arguments(tmp_path):
                               capture_output=True, text=True, timeout=30)
         assert done.returncode in (1, 2), (args, done.stderr)
         assert "mirror_floor:" in done.stderr and "connect" not in done.stderr, args
+
+
+def test_bench_mirror_refuses_an_unknown_phase():
+    """A misspelt phase would otherwise run nothing and exit 0."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine" / "bench_mirror.py"), "--phases",
+         "mirror,flor"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert "--phases: flor is not one of fetch, produce, mirror, floor" in done.stderr
