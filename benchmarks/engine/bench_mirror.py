@@ -67,6 +67,8 @@ import psutil
 from shallowmirror import codec as codec_impl
 from shallowmirror.bench.machine import python_reference_us
 from shallowmirror.bench.watermarks import HighWatermarks
+from shallowmirror.engine.config import resolve_settings
+from shallowmirror.engine.fetch_share import fair_partition_bytes
 from shallowmirror.testing import clusters as test_clusters
 from shallowmirror.testing.workload import Workload, create_topic, load
 
@@ -330,15 +332,29 @@ def mirror_process_run(source: str, target: str, topic: str, prefix: str,
             watcher.close()
 
 
+#: The mirror's settings ``mirror_floor.c`` takes (the others mean nothing to it).
+_FLOOR_KEYS = {"fetch.max.bytes", "max.partition.fetch.bytes",
+               "max.in.flight.requests.per.connection", "target.answers.per.wakeup"}
+
+
 def floor_run(source: str, target: str, topic: str, target_topic: str, ends: dict[int, int],
-              buffer_memory: int, broker_pids: list[int], binary: str) -> dict:
+              buffer_memory: int, broker_pids: list[int], binary: str,
+              sets: list[str]) -> dict:
     """``mirror_floor.c`` copying ``topic`` into ``target_topic``: its own JSON line (CPU from
-    its ``getrusage``, wall from its clock) and the brokers' CPU over the same run."""
+    its ``getrusage``, wall from its clock) and the brokers' CPU over the same run. Requests in
+    flight, answers per wake-up and the bytes asked per partition are the mirror's, from the
+    same settings (``sets``, else the engine's defaults)."""
+    given = dict(s.split("=", 1) for s in sets)
+    settings = resolve_settings({**{k: v for k, v in given.items() if k in _FLOOR_KEYS},
+                                 "buffer.memory": buffer_memory})
+    partition_bytes = fair_partition_bytes(settings["fetch.max.bytes"], len(ends),
+                                           settings["max.partition.fetch.bytes"])
     source_host, source_port = source.rsplit(":", 1)
     target_host, target_port = target.rsplit(":", 1)
     cmd = [binary, source_host, source_port, target_host, target_port, topic, target_topic,
-           ",".join(str(ends[p]) for p in range(len(ends))), "5", "3", str(2 * 1024 * 1024),
-           str(buffer_memory)]
+           ",".join(str(ends[p]) for p in range(len(ends))),
+           str(settings["max.in.flight.requests.per.connection"]),
+           str(settings["target.answers.per.wakeup"]), str(partition_bytes), str(buffer_memory)]
     brokers = CpuWindow(broker_pids)
     brokers.start()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -484,7 +500,7 @@ def main() -> int:
                     create_topic({"bootstrap.servers": target},
                                  Workload(topic=ftopic, partitions=args.partitions))
                     fl = floor_run(source, target, topic, ftopic, ends, args.buffer_memory,
-                                   broker_pids, floor_binary)
+                                   broker_pids, floor_binary, args.set + args.mirror_set)
                     if fl["bytes"] != total_bytes or fl["batches"] != total_batches:
                         raise RuntimeError(f"mirror_floor copied {fl['batches']} batches "
                                            f"({fl['bytes']} bytes) of {total_batches} "

@@ -33,6 +33,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +54,13 @@ static void die(const char *what) {
     exit(1);
 }
 
-static void fail(const char *fmt, long a, long b) {
+__attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
     fprintf(stderr, "mirror_floor: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, args);
     fprintf(stderr, "\n");
+    va_end(args);
     exit(1);
 }
 
@@ -158,7 +162,6 @@ typedef struct Batch {
 typedef struct {
     int64_t next_offset, end;
     Batch *head, *tail;
-    long queued;
 } Partition;
 
 typedef struct {                    /* a Produce request in flight */
@@ -283,12 +286,12 @@ static void take_fetch(uint8_t *base, int32_t size) {
             p += 4 + (aborted > 0 ? (size_t)aborted * 16 : 0);
             int32_t records = get32(p);
             p += 4;
-            if (error) fail("fetch: partition %ld error %ld", partition, error);
+            if (error) fail("fetch: partition %d error %d", partition, error);
             if (partition < 0 || partition >= n_parts)
-                fail("fetch: partition %ld of %ld", partition, n_parts);
+                fail("fetch: partition %d, but only %d asked for", partition, n_parts);
             if (records < 0) records = 0;
             if (p + records > end)
-                fail("fetch: records overrun (%ld, %ld)", records, (long)(end - p));
+                fail("fetch: %d record bytes, %ld left in the answer", records, (long)(end - p));
             const uint8_t *r = p, *rend = p + records;
             Partition *part = &parts[partition];
             while (rend - r >= 61) {
@@ -296,9 +299,9 @@ static void take_fetch(uint8_t *base, int32_t size) {
                 int32_t length = get32(r + 8);
                 int32_t total = 12 + length;
                 if (rend - r < total) break;           /* a partial batch at the end */
-                if (r[16] != 2) fail("batch at %ld: magic %ld", (long)base, r[16]);
+                if (r[16] != 2) fail("batch at offset %lld: magic %d", (long long)base, r[16]);
                 if ((uint32_t)get32(r + 17) != crc32c(r + 21, (size_t)total - 21))
-                    fail("batch at %ld: CRC mismatch (%ld)", (long)base, 0);
+                    fail("batch at offset %lld: CRC mismatch", (long long)base);
                 int64_t last = base + get32(r + 23);
                 if (last >= part->next_offset && base < part->end) {
                     /* A client's batch has base offset 0 (outside the CRC): set in place. */
@@ -313,7 +316,6 @@ static void take_fetch(uint8_t *base, int32_t size) {
                     frame->holders++;
                     if (part->tail) part->tail->next = b; else part->head = b;
                     part->tail = b;
-                    part->queued++;
                     part->next_offset = last + 1;
                 }
                 r += total;
@@ -324,7 +326,7 @@ static void take_fetch(uint8_t *base, int32_t size) {
     /* A broker that keeps answering with nothing below the end offsets asked for: stop. */
     empty_fetches = frame->holders > 1 ? 0 : empty_fetches + 1;
     if (empty_fetches > 20) fail("%ld Fetch answers in a row without a batch below the end "
-                                 "offsets (%ld)", empty_fetches, 0);
+                                 "offsets", empty_fetches);
     drop_frame(frame);
 }
 
@@ -343,7 +345,6 @@ static int plan_produce(Request *req) {
         Batch *b = part->head;
         part->head = b->next;
         if (!part->head) part->tail = NULL;
-        part->queued--;
         req->batches[req->count++] = b;
     }
     req->answer_bytes = produce_answer_bytes(req->count);
@@ -384,14 +385,14 @@ static void send_produce(int fd, Request *req) {
 
 static void settle_produce(const uint8_t *answer, Request *req) {
     const uint8_t *p = answer + 4;  /* after the correlation id */
-    if (get32(p) != 1) fail("produce answer: %ld topics (%ld)", get32(p), 1);
+    if (get32(p) != 1) fail("produce answer: %d topics, 1 sent", get32(p));
     p += 4;
     p += 2 + get16(p);
     int32_t n = get32(p);
     p += 4;
-    if (n != req->count) fail("produce answer: %ld partitions, %ld sent", n, req->count);
+    if (n != req->count) fail("produce answer: %d partitions, %d sent", n, req->count);
     for (int i = 0; i < n; i++, p += 4 + 2 + 8 + 8)
-        if (get16(p + 4)) fail("produce: partition %ld error %ld", get32(p), get16(p + 4));
+        if (get16(p + 4)) fail("produce: partition %d error %d", get32(p), get16(p + 4));
     for (int i = 0; i < req->count; i++) {
         Batch *b = req->batches[i];
         batches_done++;
@@ -416,7 +417,7 @@ int main(int argc, char **argv) {
         char *endp;
         parts[n_parts].end = strtoll(s, &endp, 10);
         if (endp == s || parts[n_parts].end < 0)
-            fail("bad end offset list at partition %ld (%ld)", n_parts, 0);
+            fail("bad end offset list at partition %d", n_parts);
         s = *endp == ',' ? endp + 1 : endp;
     }
     long in_flight = argc > 8 ? atol(argv[8]) : 5;

@@ -20,14 +20,9 @@ PARTITIONS = 4
 IN_FLIGHT = 5
 
 
-def _request_floor():
-    """The benchmark script as a module (it is not part of the package)."""
-    return benchmark_script("request_floor")
-
-
 @pytest.mark.skipif(shutil.which("cc") is None, reason="the native floor client needs cc")
 def test_native_floor_client_wakes_once_per_n_answers(target_cluster, tmp_path):
-    floor = _request_floor()
+    floor = benchmark_script("request_floor")
     bootstrap = target_cluster.bootstrap
     bench_topics.recreate(bootstrap, floor.TOPIC, PARTITIONS)
     batches = [floor.lz4_batch(16384, 300, seed=p) for p in range(PARTITIONS)]
@@ -58,7 +53,7 @@ def test_native_floor_client_wakes_once_per_n_answers(target_cluster, tmp_path):
 def test_native_floor_client_refuses_bad_arguments(tmp_path):
     import subprocess
 
-    binary = _request_floor().build_native_client(str(tmp_path))
+    binary = benchmark_script("request_floor").build_native_client(str(tmp_path))
     request = tmp_path / "request.bin"
     request.write_bytes(b"\0" * 16)
     for args in (["1", "5", "0"], ["0", "5"], ["10", "0"]):
