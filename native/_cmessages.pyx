@@ -39,10 +39,23 @@ from cpython.bytearray cimport (
     PyByteArray_FromStringAndSize,
     PyByteArray_GET_SIZE,
 )
-from cpython.bytes cimport PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_CheckExact,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
 from cpython.list cimport PyList_CheckExact
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
-from cpython.pycapsule cimport PyCapsule_New
+from cpython.long cimport (
+    PyLong_AsLongLong,
+    PyLong_AsLongLongAndOverflow,
+    PyLong_CheckExact,
+    PyLong_FromLongLong,
+)
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.memoryview cimport PyMemoryView_Check, PyMemoryView_GET_BUFFER
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
@@ -866,3 +879,253 @@ def produce_response_min_bytes(int version, topics):
         size += count * per_partition
     size += _uvarint_len(len(topics) + 1) if flexible else 4  # the topics array's length
     return size + 4 + (1 if flexible else 0)                  # throttle_time_ms, tags
+
+
+# ---- a request written from its stamped batches ----------------------------------------------
+# The engine sends one Produce request per ~8 small batches. Built by ``encode_produce_request``
+# a request is a list of ~3 Python objects per batch (its stamped header bytes, a memoryview of
+# the rest, the framing chunk), each made, referenced and freed once per send; here every byte
+# that is not a batch body (framing and the stamped headers) goes into one bytes object and the
+# bodies stay pointers into the fetched frames (native/_csend.pyx writes them with one writev).
+
+include "_slots.pxi"
+
+cdef enum:
+    P_STAMP_GENERATION, P_VIEW, P_PRODUCER_ID, P_PRODUCER_EPOCH, P_BASE_SEQUENCE
+cdef _Layout _PICKED = _Layout(("stamp_generation", "view", "producer_id", "producer_epoch",
+                                "base_sequence"), False)
+
+cdef stamp_into_fn _stamp_into = NULL
+
+cdef enum:
+    HEADER_BYTES = 61             # a v2 batch's header, up to its records
+
+
+cdef int _load_stamp() except -1:
+    global _stamp_into
+    if _stamp_into == NULL:
+        from shallowmirror.codec import _crecords
+        _stamp_into = <stamp_into_fn>PyCapsule_GetPointer(_crecords.STAMP_INTO,
+                                                          STAMP_INTO_CAPSULE)
+    return 0
+
+
+# Not tracked by the cyclic collector: it refers to the batch views only (which refer to their
+# fetched bytes), never to anything that could refer back to a request.
+@cython.no_gc
+@cython.final
+@cython.auto_pickle(False)
+cdef class ProduceRequest:
+    """A framed Produce request as buffer pieces: framing and stamped headers in one bytes
+    object, batch bodies as pointers into their views' bytes (held here while it lives).
+    A sequence of buffers for anything that wants them; ``native/_csend.pyx`` reads the
+    pieces' pointers instead (``REQUEST_PIECES``)."""
+
+    cdef bytes _small
+    cdef list _views             # the batches' views, in piece order: their bodies' owners
+    cdef Piece *_pieces
+    cdef Py_ssize_t _count
+    cdef readonly Py_ssize_t nbytes
+
+    def __dealloc__(self):
+        PyMem_Free(self._pieces)
+
+    def __len__(self):
+        return self._count
+
+    def __getitem__(self, Py_ssize_t i):
+        cdef Py_ssize_t start
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError("ProduceRequest piece index out of range")
+        if i % 2 == 0:                 # framing (and the next batch's header)
+            start = self._pieces[i].base - PyBytes_AS_STRING(self._small)
+            return memoryview(self._small)[start:start + self._pieces[i].size]
+        return self._views[i // 2].buffer[HEADER_BYTES:]
+
+    def join(self):
+        """The whole request as one bytes object."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, self.nbytes)
+        cdef char *p = PyBytes_AS_STRING(out)
+        cdef Py_ssize_t i
+        for i in range(self._count):
+            memcpy(p, self._pieces[i].base, self._pieces[i].size)
+            p += self._pieces[i].size
+        return out
+
+    def tail(self, Py_ssize_t offset):
+        """The request's bytes from ``offset`` on (what a partial write left)."""
+        if not 0 <= offset <= self.nbytes:
+            raise ValueError(f"offset {offset} is outside the request's {self.nbytes} bytes")
+        return self.join()[offset:]
+
+    def __repr__(self):
+        return (f"ProduceRequest({len(self._views)} batches, {self._count} pieces, "
+                f"{self.nbytes} bytes)")
+
+
+cdef Py_ssize_t _request_pieces(object request, Py_ssize_t first, Piece *out,
+                                Py_ssize_t room) noexcept:
+    if type(request) is not ProduceRequest:
+        return -1
+    cdef ProduceRequest r = <ProduceRequest>request
+    cdef Py_ssize_t n = r._count - first
+    if n > room:
+        n = room
+    if n <= 0:
+        return 0
+    memcpy(out, r._pieces + first, n * sizeof(Piece))
+    return n
+
+
+#: ``_request_pieces`` for the connection's writer (``shallowmirror.net._csend``).
+REQUEST_PIECES = PyCapsule_New(<void *>_request_pieces, REQUEST_PIECES_CAPSULE, NULL)
+
+
+def encode_produce_batches(picks, *, version, correlation_id, client_id, transactional_id,
+                           acks, timeout_ms, bint clear_log_append_time=False):
+    """(request, the fewest bytes its answer can have) for one request's stamped picks; same
+    request bytes, checks and errors as the twin (``encode_produce_request`` of the picks
+    grouped by topic, each header rewritten from the batch's stamp)."""
+    _check_version("produce request", version, PRODUCE_VERSIONS)
+    _check_int("correlation_id", correlation_id, 32)
+    _check_int("acks", acks, 16)
+    _check_int("timeout_ms", timeout_ms, 32)
+    _load_stamp()
+    cdef bint flexible = version >= PRODUCE_FIRST_FLEXIBLE
+    cdef list items = picks if type(picks) is list else list(picks)
+    cdef Py_ssize_t n = len(items), i, j, k, at, end, piece, group
+    cdef ProduceRequest req = ProduceRequest.__new__(ProduceRequest)
+    req._views = []
+    req._pieces = <Piece *>PyMem_Malloc((2 * n + 1) * sizeof(Piece))
+    # Per batch, in pick order: its stamped header (copied into the framing below), its body,
+    # and where its framing ends.
+    cdef unsigned char *headers = <unsigned char *>PyMem_Malloc(n * HEADER_BYTES + 1)
+    cdef Piece *bodies = <Piece *>PyMem_Malloc((n + 1) * sizeof(Piece))
+    cdef Py_ssize_t *order = <Py_ssize_t *>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t *ends = <Py_ssize_t *>PyMem_Malloc((n + 1) * sizeof(Py_ssize_t))
+    cdef int32_t *numbers = <int32_t *>PyMem_Malloc((n + 1) * sizeof(int32_t))
+    cdef const unsigned char *body
+    cdef Py_ssize_t body_size
+    cdef dict by_topic = {}          # topic -> its picks' indexes, topics in first-pick order
+    cdef list partitions = [None] * n
+    cdef list views = [None] * n
+    cdef list indexes
+    cdef set seen
+    cdef bint fast
+    cdef _Writer w
+    cdef int64_t total, batch_bytes = 0
+    cdef const char *small
+    try:
+        if (req._pieces == NULL or headers == NULL or bodies == NULL or order == NULL
+                or ends == NULL or numbers == NULL):
+            raise MemoryError()
+        for i in range(n):
+            key, batch = items[i]
+            topic, partition = key
+            fast = _check(_PICKED, batch)
+            if _read(_PICKED, batch, fast, P_STAMP_GENERATION) < 0:
+                raise ValueError(f"batch {batch!r} is not stamped (stamp_batches first)")
+            view = _read(_PICKED, batch, fast, P_VIEW)
+            _stamp_into(view, _read(_PICKED, batch, fast, P_PRODUCER_ID),
+                        _read(_PICKED, batch, fast, P_PRODUCER_EPOCH),
+                        _read(_PICKED, batch, fast, P_BASE_SEQUENCE), clear_log_append_time,
+                        headers + i * HEADER_BYTES, &body, &body_size)
+            bodies[i].base = <const char *>body
+            bodies[i].size = body_size
+            batch_bytes += body_size
+            views[i] = view
+            partitions[i] = partition
+            found = by_topic.get(topic)
+            if found is None:
+                by_topic[topic] = [i]
+            else:
+                (<list>found).append(i)
+        w = _Writer()
+        w.i32(0)                     # the size prefix, once the total is known
+        w.i16(PRODUCE_API_KEY)
+        w.i16(<int16_t>version)
+        w.i32(<int32_t>correlation_id)
+        # The request header keeps an int16-length client_id even in flexible versions.
+        w.string(client_id, "client_id", False, True)
+        if flexible:
+            w.byte(0)
+        w.string(transactional_id, "transactional_id", flexible, True)
+        w.i16(<int16_t>acks)
+        w.i32(<int32_t>timeout_ms)
+        w.array(len(by_topic), flexible)
+        j = 0
+        for topic, found in by_topic.items():
+            indexes = <list>found
+            w.string(topic, "topic", flexible, False)
+            w.array(len(indexes), flexible)
+            seen = set() if len(indexes) > 16 else None
+            group = j
+            for k in indexes:
+                partition = partitions[k]
+                _check_int("partition", partition, 32)
+                numbers[j] = <int32_t>partition
+                if seen is not None:
+                    if partition in seen:
+                        _listed_twice(topic, partition)
+                    seen.add(partition)
+                else:
+                    for at in range(group, j):
+                        if numbers[at] == numbers[j]:
+                            _listed_twice(topic, partition)
+                body_size = bodies[k].size + HEADER_BYTES
+                w.i32(numbers[j])
+                if flexible:
+                    w.uvarint(<uint64_t>body_size + 1)
+                else:
+                    w.i32(<int32_t>body_size)
+                w.raw(<const char *>headers + k * HEADER_BYTES, HEADER_BYTES)
+                order[j] = k
+                ends[j] = w.size
+                j += 1
+                if flexible:
+                    w.byte(0)        # partition tagged fields
+            if flexible:
+                w.byte(0)            # topic tagged fields
+        if flexible:
+            w.byte(0)                # request tagged fields
+        total = w.size - 4 + batch_bytes
+        if total > _INT32_MAX:
+            raise ValueError(f"produce request of {total} bytes exceeds the int32 size prefix")
+        w.data[0] = <char>((total >> 24) & 0xFF)
+        w.data[1] = <char>((total >> 16) & 0xFF)
+        w.data[2] = <char>((total >> 8) & 0xFF)
+        w.data[3] = <char>(total & 0xFF)
+        req._small = w.take()
+        req.nbytes = <Py_ssize_t>(total + 4)
+        # In request order: framing up to a batch's body, the body, ..., the last framing.
+        small = PyBytes_AS_STRING(req._small)
+        at = 0
+        piece = 0
+        for j in range(n):
+            k = order[j]
+            end = ends[j]
+            req._pieces[piece].base = small + at
+            req._pieces[piece].size = end - at
+            req._pieces[piece + 1] = bodies[k]
+            req._views.append(views[k])
+            piece += 2
+            at = end
+        req._pieces[piece].base = small + at
+        req._pieces[piece].size = PyBytes_GET_SIZE(req._small) - at
+        piece += 1
+        if req._pieces[piece - 1].size == 0 and piece > 1:
+            piece -= 1               # nothing after the last body (not flexible)
+        req._count = piece
+    finally:
+        PyMem_Free(headers)
+        PyMem_Free(bodies)
+        PyMem_Free(order)
+        PyMem_Free(ends)
+        PyMem_Free(numbers)
+    return req, produce_response_min_bytes(<int>version, by_topic.items())
+
+
+cdef int _listed_twice(object topic, object partition) except -1:
+    raise ValueError(f"partition {topic}-{partition} is listed twice in one Produce request")

@@ -14,7 +14,9 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_SetFromErrno
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.errno cimport errno
+from libc.stdint cimport int16_t, int32_t, int64_t
 from libc.string cimport memset
 
 cdef extern from "Python.h":
@@ -106,10 +108,61 @@ cdef Py_ssize_t _write(int fd, list chunk, iovec *iov, Py_buffer *held,
             PyBuffer_Release(&held[i])
 
 
+# The codec's ProduceRequest (``encode_produce_batches``): its pieces are read as pointers,
+# not as a Python object each (native/_fields.pxi).
+include "_fields.pxi"
+
+cdef request_pieces_fn _pieces_of = NULL
+try:
+    from shallowmirror.codec import _cmessages as _native_messages
+except ImportError:              # no native codec: no ProduceRequest can come
+    pass
+else:
+    _pieces_of = <request_pieces_fn>PyCapsule_GetPointer(_native_messages.REQUEST_PIECES,
+                                                         REQUEST_PIECES_CAPSULE)
+
+
+cdef list _send_request(int fd, object request):
+    """``send_buffers`` for a ProduceRequest: its pieces straight from their pointers. The
+    rest, if the kernel did not take it all, comes back as one bytes object."""
+    cdef Piece pieces[STACK_IOVS]
+    cdef iovec iov[STACK_IOVS]
+    cdef Py_ssize_t first = 0, n, i, width = min(STACK_IOVS, IOV_MAX), offered
+    cdef Py_ssize_t total = 0
+    cdef ssize_t sent
+    cdef msghdr msg
+    while True:
+        n = _pieces_of(request, first, pieces, width)
+        if n <= 0:
+            return []
+        offered = 0
+        for i in range(n):
+            iov[i].iov_base = <void *>pieces[i].base
+            iov[i].iov_len = <size_t>pieces[i].size
+            offered += pieces[i].size
+        memset(&msg, 0, sizeof(msg))
+        msg.msg_iov = iov
+        msg.msg_iovlen = <size_t>n
+        sent = sendmsg(fd, &msg, MSG_NOSIGNAL)       # MSG_NOSIGNAL: see _write
+        if sent < 0:
+            if sm_not_now(errno):
+                break
+            PyErr_SetFromErrno(OSError)
+            return None
+        total += sent
+        if sent < offered:
+            break
+        first += n
+    return [request.tail(total)]
+
+
 def send_buffers(sock, buffers):
     """Send as much of ``buffers`` as the non-blocking ``sock`` takes now; return views of the
     rest (the pieces not touched as the caller's own objects). Raises OSError as
     ``socket.sendmsg`` does."""
+    if (type(buffers) is not list and _pieces_of != NULL
+            and _pieces_of(buffers, 0, NULL, 0) >= 0):
+        return _send_request(sock.fileno(), buffers)
     cdef list pieces = buffers if type(buffers) is list else list(buffers)
     cdef Py_ssize_t count = len(pieces), index = 0, width, i, size
     cdef Py_ssize_t sent

@@ -33,3 +33,28 @@ ctypedef int (*answer_fields_fn)(object part, AnswerFields *out) noexcept
 # The capsules' names (C strings: a capsule keeps the pointer, not a copy).
 cdef const char *VIEW_FIELDS_CAPSULE = "shallowmirror.codec._crecords.view_fields"
 cdef const char *ANSWER_FIELDS_CAPSULE = "shallowmirror.codec._cmessages.answer_fields"
+
+# Writes the 61-byte Produce header of ``view`` stamped with the producer identity, exactly as
+# ``rewrite_for_produce(view, producer_id=..., producer_epoch=..., base_sequence=...,
+# clear_log_append_time=...)`` makes it (same checks, same errors; not transactional), into
+# ``dest``, and points ``body``/``body_size`` at the batch's bytes after it (inside the view's
+# record buffer: valid while the view lives).
+ctypedef int (*stamp_into_fn)(object view, object producer_id, object producer_epoch,
+                              object base_sequence, bint clear_log_append_time,
+                              unsigned char *dest, const unsigned char **body,
+                              Py_ssize_t *body_size) except -1
+
+cdef const char *STAMP_INTO_CAPSULE = "shallowmirror.codec._crecords.stamp_into"
+
+# A native ``ProduceRequest``'s buffer pieces for a writev (``native/_csend.pyx``), without a
+# Python object per piece.
+cdef struct Piece:
+    const char *base
+    Py_ssize_t size
+
+# Copies ``request``'s pieces from piece ``first`` on into ``out`` (at most ``room``) and
+# returns how many it copied; -1 when ``request`` is not the native codec's ProduceRequest.
+ctypedef Py_ssize_t (*request_pieces_fn)(object request, Py_ssize_t first, Piece *out,
+                                         Py_ssize_t room) noexcept
+
+cdef const char *REQUEST_PIECES_CAPSULE = "shallowmirror.codec._cmessages.request_pieces"

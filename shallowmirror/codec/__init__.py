@@ -29,6 +29,7 @@ rewrite_for_produce = _records.rewrite_for_produce
 stamp_batches = _records.stamp_batches
 decode_fetch_response = _messages.decode_fetch_response
 encode_produce_request = _messages.encode_produce_request
+encode_produce_batches = _messages.encode_produce_batches
 decode_produce_response = _messages.decode_produce_response
 produce_response_min_bytes = _messages.produce_response_min_bytes
 receive_buffer = _messages.receive_buffer
@@ -41,6 +42,7 @@ __all__ = [
     "stamp_batches",
     "decode_fetch_response",
     "encode_produce_request",
+    "encode_produce_batches",
     "decode_produce_response",
     "produce_response_min_bytes",
     "receive_buffer",

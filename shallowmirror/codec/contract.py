@@ -158,7 +158,7 @@ class Codec(Protocol):
     def stamp_batches(self, picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -1,
                       producer_epoch: int = -1, generation: int,
                       sequences: dict[Hashable, int] | None = None,
-                      clear_log_append_time: bool = False) -> int:
+                      clear_log_append_time: bool = False, headers: bool = True) -> int:
         """Stamp the batches of one Produce request, in one call. ``picks`` are ``(key,
         batch)`` pairs; a batch has ``view`` (a ``BatchView``), ``record_count`` and
         ``stamp_generation``. Each batch whose ``stamp_generation`` is not ``generation`` gets
@@ -167,7 +167,9 @@ class Codec(Protocol):
         (``sequences`` None: not idempotent, base sequence -1; an idempotent batch without
         records is a ValueError), and ``producer_id``, ``producer_epoch``, ``base_sequence``
         and ``stamp_generation`` set to what was stamped. Batches already of ``generation`` are
-        left alone (a resend keeps its bytes). Returns how many were stamped."""
+        left alone (a resend keeps its bytes). ``headers=False`` checks each batch as the
+        rewrite would and sets the stamp fields, but makes no ``header``/``rest``:
+        ``encode_produce_batches`` writes the header from them. Returns how many were stamped."""
 
     def decode_fetch_response(self, frame: BufferLike, version: int) -> FetchResponse:
         """Decode a Fetch response frame (after the 4-byte size prefix, starting with the
@@ -181,6 +183,21 @@ class Codec(Protocol):
         ``socket.sendmsg``; payload pieces are the caller's buffers, not copies. Versions 3..9
         (flexible from 9). Raises ValueError for two batches of one partition unless allowed,
         or a partition listed twice."""
+
+    def encode_produce_batches(self, picks: Sequence[tuple[tuple[str, int], Any]], *,
+                               version: int, correlation_id: int, client_id: str | None,
+                               transactional_id: str | None, acks: int, timeout_ms: int,
+                               clear_log_append_time: bool = False) -> tuple[Sequence, int]:
+        """(request, the fewest bytes its answer can have) for one request's stamped picks:
+        ``((topic, partition), batch)`` pairs, one batch per partition, where each batch has
+        ``view`` and the stamp ``stamp_batches`` set (``stamp_generation`` >= 0, else a
+        ValueError). The request is ``encode_produce_request`` of the picks grouped by topic
+        in pick order, each batch as ``rewrite_for_produce(view, producer_id, producer_epoch,
+        base_sequence, clear_log_append_time)`` computes it, written from the stamp: the bytes
+        of a resend are those of its first send. It is a sequence of buffer pieces whose
+        concatenation is the framed request (the native build's pieces are fewer, and made
+        only when asked for: ``native/_csend.pyx`` writes it straight from its pointers);
+        the answer bound is ``produce_response_min_bytes``'s."""
 
     def decode_produce_response(self, frame: BufferLike, version: int) -> ProduceResponse:
         """Decode a Produce response frame (after the size prefix) for versions 3..9."""

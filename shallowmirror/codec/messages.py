@@ -66,7 +66,9 @@ from __future__ import annotations
 import operator
 import struct
 from collections.abc import Sequence, Sized
+from typing import Any
 
+from shallowmirror.codec.records import rewrite_for_produce
 from shallowmirror.errors import CorruptDataError, Where
 
 FETCH_VERSIONS = (4, 12)
@@ -596,6 +598,37 @@ def encode_produce_request(*, version: int, correlation_id: int, client_id: str 
         raise ValueError(f"produce request of {total} bytes exceeds the int32 size prefix")
     out[0] = _I32.pack(total) + out[0]
     return out
+
+
+def encode_produce_batches(picks: Sequence[tuple[tuple[str, int], Any]], *, version: int,
+                           correlation_id: int, client_id: str | None,
+                           transactional_id: str | None, acks: int, timeout_ms: int,
+                           clear_log_append_time: bool = False) -> tuple[list, int]:
+    """(request buffers, the fewest bytes its answer can have) for one request's stamped picks
+    (contract.Codec.encode_produce_batches): each header rewritten from the batch's stamp, the
+    picks grouped by topic in pick order, then ``encode_produce_request``."""
+    _check_version("produce request", version, PRODUCE_VERSIONS)
+    _check_int("correlation_id", correlation_id, 32)
+    _check_int("acks", acks, 16)
+    _check_int("timeout_ms", timeout_ms, 32)
+    clear_log_append_time = bool(clear_log_append_time)
+    by_topic: dict[str, list] = {}
+    for (topic, partition), batch in picks:
+        if batch.stamp_generation < 0:
+            raise ValueError(f"batch {batch!r} is not stamped (stamp_batches first)")
+        pieces = rewrite_for_produce(
+            batch.view, producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence, clear_log_append_time=clear_log_append_time)
+        found = by_topic.get(topic)
+        if found is None:
+            by_topic[topic] = [(partition, (pieces,))]
+        else:
+            found.append((partition, (pieces,)))
+    topics = list(by_topic.items())
+    buffers = encode_produce_request(
+        version=version, correlation_id=correlation_id, client_id=client_id,
+        transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topics=topics)
+    return buffers, produce_response_min_bytes(version, topics)
 
 
 def join_request(buffers: Sequence) -> bytes:

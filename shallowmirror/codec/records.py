@@ -437,7 +437,7 @@ def rewrite_for_produce(batch: BatchView, *, producer_id: int = -1, producer_epo
 def stamp_batches(picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -1,
                   producer_epoch: int = -1, generation: int,
                   sequences: dict[Hashable, int] | None = None,
-                  clear_log_append_time: bool = False) -> int:
+                  clear_log_append_time: bool = False, headers: bool = True) -> int:
     """Stamp the batches of one Produce request (contract.Codec.stamp_batches); returns how
     many were stamped."""
     producer_id = _as_int("producer_id", producer_id, _INT64_MIN, _INT64_MAX)
@@ -460,9 +460,11 @@ def stamp_batches(picks: Iterable[tuple[Hashable, Any]], *, producer_id: int = -
                 raise ValueError(f"an idempotent batch needs at least one record ({batch!r})")
             base = _as_int("sequence", sequences.get(key, 0), 0, _INT32_MAX)
             sequences[key] = (base + count) % L.SEQUENCE_MODULUS
-        batch.header, batch.rest = rewrite_for_produce(
+        header_rest = rewrite_for_produce(
             view, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base,
-            clear_log_append_time=clear_log_append_time)
+            clear_log_append_time=clear_log_append_time)    # its checks, in either case
+        if headers:
+            batch.header, batch.rest = header_rest
         batch.producer_id = producer_id
         batch.producer_epoch = producer_epoch
         batch.base_sequence = base

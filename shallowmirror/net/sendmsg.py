@@ -27,6 +27,8 @@ def send_buffers(sock: socket.socket, buffers: Sequence[BufferLike]) -> list[Buf
     """Send as much of ``buffers`` as the non-blocking ``sock`` takes now; return views of the
     rest (the pieces not touched as the caller's own objects). Raises OSError as
     ``socket.sendmsg`` does."""
+    if not isinstance(buffers, list):
+        buffers = list(buffers)      # e.g. the native codec's ProduceRequest: its pieces
     index, count = 0, len(buffers)
     while index < count:
         chunk = buffers[index:index + IOV_MAX]
