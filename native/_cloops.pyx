@@ -353,23 +353,6 @@ def plan_picks(sink, conn):
     return picks, too_large
 
 
-def request_topics(list picks):
-    """The stamped picks grouped by topic; see ``loops.request_topics``."""
-    cdef dict topics = {}
-    for pick in picks:
-        key, batch = <tuple>pick
-        _check(_BATCH, batch)
-        topic = (<tuple>key)[0]
-        entry = ((<tuple>key)[1], ((_get(batch, _BATCH.off[B_HEADER]),
-                                    _get(batch, _BATCH.off[B_REST])),))
-        found = topics.get(topic)
-        if found is None:
-            topics[topic] = [entry]
-        else:
-            (<list>found).append(entry)
-    return list(topics.items())
-
-
 # ---- applying an answer ---------------------------------------------------------------------
 
 cdef int _generic_answer_fields(object part, AnswerFields *out) except -1:

@@ -22,7 +22,6 @@ prepare_usual = _loops.prepare_usual
 add_batches = _loops.add_batches
 enqueue_run = _loops.enqueue_run
 plan_picks = _loops.plan_picks
-request_topics = _loops.request_topics
 settle_picks = _loops.settle_picks
 ack_batches = _loops.ack_batches
 fetch_positions = _loops.fetch_positions
@@ -30,5 +29,5 @@ mark_unchanged = _loops.mark_unchanged
 changed_positions = _loops.changed_positions
 
 __all__ = ["IMPLEMENTATION", "prepare_usual", "add_batches", "enqueue_run", "plan_picks",
-           "request_topics", "settle_picks", "ack_batches", "fetch_positions",
+           "settle_picks", "ack_batches", "fetch_positions",
            "mark_unchanged", "changed_positions"]

@@ -139,18 +139,6 @@ def settle_ready(ready: dict, partitions: Mapping[TTP, Any], order: list[TTP],
             ready[ttp] = None
 
 
-def request_topics(picks: list[tuple[TTP, Any]]) -> list[tuple[str, list]]:
-    """The stamped picks grouped by topic, as ``codec.encode_produce_request`` takes them."""
-    topics: dict[str, list] = {}
-    for (topic, partition), batch in picks:
-        parts = topics.get(topic)
-        if parts is None:
-            topics[topic] = [(partition, ((batch.header, batch.rest),))]
-        else:
-            parts.append((partition, ((batch.header, batch.rest),)))
-    return list(topics.items())
-
-
 def answer_by_partition(response: Any) -> dict:
     """A decoded Produce ``response``'s partitions by target partition (a partition answered
     twice: the last answer)."""

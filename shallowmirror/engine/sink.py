@@ -2,10 +2,11 @@
 
 Batches wait in one queue per target partition, in source order. Each round the planner
 (``packing.plan_request``) takes the head batch of as many partitions as fit ``max.request.size``
-(exactly one batch per partition: stock brokers reject more), stamps the producer identity into
-each batch header the first time it is sent (``codec.stamp_batches``, one call per request: a
-new 61-byte header plus a view of the rest; the payload is never copied or decompressed), and
-sends the request while up to ``max.in.flight.requests.per.connection`` others are outstanding. With
+(exactly one batch per partition: stock brokers reject more), gives each batch the producer
+identity and sequences the first time it is sent (``codec.stamp_batches``, one call per request),
+writes the request from those stamps (``codec.encode_produce_batches``: each 61-byte header
+rewritten into the request's framing, the payload never copied or decompressed), and
+sends it while up to ``max.in.flight.requests.per.connection`` others are outstanding. With
 ``target.connections.per.broker`` > 1 a broker has one sink per connection (*lane*) and each
 target partition is pinned to one lane for life, so everything below holds per lane. A stock broker
 works on one request per connection at a time, so lanes let it validate several requests at once;
@@ -152,7 +153,6 @@ class Sink:
         self.max_requests = s["max.in.flight.requests.per.connection"]
         self.per_partition = min(5, self.max_requests) if s["enable.idempotence"] else \
             self.max_requests
-        self.allow_multiple = s["multiple.batches.per.partition"]
         self.timeout_ms = s["request.timeout.ms"]
         #: Answers awaited per wake-up; one request always left for the broker to work on.
         self.answers_per_wakeup = max(1, min(s["target.answers.per.wakeup"],
@@ -281,17 +281,16 @@ class Sink:
             self._versioned = conn
             conn.coalesce_answers(self.answers_per_wakeup)
         version = self._version
-        topics = hotpath.request_topics(picks)
         cid = conn.next_correlation_id()
-        buffers = codec.encode_produce_request(
-            version=version, correlation_id=cid, client_id=conn.client_id,
+        # The headers are written from the stamps straight into the request (one batch per
+        # partition: the planner's picks).
+        buffers, answer_bytes = codec.encode_produce_batches(
+            picks, version=version, correlation_id=cid, client_id=conn.client_id,
             transactional_id=self.owner.identity.transactional_id, acks=self.owner.acks,
-            timeout_ms=self.timeout_ms, topics=topics,
-            allow_multiple_batches=self.allow_multiple)
+            timeout_ms=self.timeout_ms, clear_log_append_time=self.owner.clear_log_append_time)
         self.requests_sent += 1
-        answer_bytes = 0
-        if self.answers_per_wakeup > 1:
-            answer_bytes = codec.produce_response_min_bytes(version, topics)
+        if self.answers_per_wakeup <= 1:
+            answer_bytes = 0
         return version, cid, buffers, answer_bytes
 
     # ---- fast path: an open connection, the response applied by the connection's callback ----
@@ -827,7 +826,7 @@ class Sinks:
         codec.stamp_batches(
             picks, producer_id=identity.producer_id, producer_epoch=identity.producer_epoch,
             generation=identity.generation, sequences=identity.sequences(),
-            clear_log_append_time=self.clear_log_append_time)
+            clear_log_append_time=self.clear_log_append_time, headers=False)
 
     def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
         self.batch_failed(batch, MessageTooLargeError(

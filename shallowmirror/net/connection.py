@@ -29,9 +29,10 @@ into it — large Fetch responses cost no copy beyond the kernel's. Frames are h
 
 Send: ``send_raw`` (or ``send_nowait``, which returns the response's future instead of awaiting
 it, or ``send_with_callback``, whose callback gets the response frame on the event-loop turn that
-read it: no turn for a future's callbacks) takes a list of buffers
-(``codec.encode_produce_request`` output). On a plaintext connection whose transport has nothing
-queued it calls ``socket.sendmsg`` on them directly — payload pieces are not joined (Python
+read it: no turn for a future's callbacks) takes a sequence of buffers
+(``codec.encode_produce_request`` output, or the request ``codec.encode_produce_batches`` makes).
+On a plaintext connection whose transport has nothing queued it calls ``socket.sendmsg`` on them
+directly — payload pieces are not joined (Python
 3.11's ``transport.writelines`` would join) — and queues only what the kernel did not take. TLS
 encrypts anyway, so there the pieces go through ``transport.writelines``.
 

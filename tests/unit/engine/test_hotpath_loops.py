@@ -216,9 +216,7 @@ def test_plan_picks_agree(seed: int) -> None:
         planned = []
         for _ in range(2):                     # the second plan starts where the first left
             picks, too_large = impl.plan_picks(world.sink, conn)
-            topics = impl.request_topics(picks)
-            shape = [(t, [(p, bytes(h), bytes(r)) for p, ((h, r),) in parts])
-                     for t, parts in topics]
+            shape = [(key, bytes(b.header), bytes(b.rest)) for key, b in picks]
             planned.append((_pick_names(world, picks), _pick_names(world, too_large), shape,
                             world.state()))
         return planned

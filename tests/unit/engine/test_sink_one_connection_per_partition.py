@@ -69,7 +69,13 @@ class FakeConnection:
         self.requests.append((buffers, callback))
 
     def carries(self, index: int, batch: FetchedBatch) -> bool:
-        return any(piece is batch.header for piece in self.requests[index][0])
+        """Whether request ``index`` holds ``batch`` as stamped (its header, with its own
+        sequence, is what tells these one-record batches apart)."""
+        request = b"".join(bytes(piece) for piece in self.requests[index][0])
+        header, _rest = codec.rewrite_for_produce(
+            batch.view, producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence)
+        return header in request
 
 
 class FakeCluster:
