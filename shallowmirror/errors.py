@@ -86,6 +86,16 @@ class ConfigError(ShallowMirrorError):
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
+class PartitionsStoppedError(ShallowMirrorError):
+    """A run asked to mirror until caught up ended with partitions stopped by errors: caught up
+    on the others only. ``stats`` is the run's ``EngineStats`` (each stopped partition's error
+    in ``stats.stopped``)."""
+
+    def __init__(self, message: str, stats: object) -> None:
+        super().__init__(message)
+        self.stats = stats
+
+
 class OperatorActionRequired(ShallowMirrorError):
     """Refused for a reason only a change of configuration or permissions fixes (a setting the
     broker does not accept, no access to a group): restarting the same work cannot help, so a

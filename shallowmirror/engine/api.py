@@ -41,6 +41,7 @@ from shallowmirror.errors import (
     ConfigError,
     ConnectionFailedError,
     LocatedError,
+    PartitionsStoppedError,
     Where,
 )
 from shallowmirror.net.config import ClientSettings, client_settings, librdkafka_connection
@@ -344,7 +345,10 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
     ``settings`` are engine keys with dots written as underscores or as given
     (``fetch_max_bytes=...`` or ``**{"fetch.max.bytes": ...}``). With ``until_caught_up``, no
     source topic matching ``topics`` raises ``ConfigError`` (the run could never be caught
-    up); without it the run waits for one to appear."""
+    up); without it the run waits for one to appear. With ``until_caught_up``, partitions
+    stopped by errors (a batch the target refuses, a corrupt one, a missing target topic with
+    ``create_topics=False``) raise ``PartitionsStoppedError`` once the others are caught up,
+    its ``stats`` the run's."""
     _check_arguments("mirror_async", source_config, target_config, topics, topic_mapper, stop,
                      asyncio.Event, timeout_s)
     return await _mirror("mirror_async", source_config, target_config, topics,
@@ -402,7 +406,23 @@ async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Ma
     for watcher in watchers:             # nothing to mirror (the engine's own errors: above)
         if not watcher.cancelled() and watcher.exception() is not None:
             raise watcher.exception()
-    return engine.stats()
+    stats = engine.stats()
+    if until_caught_up and stats.stopped:
+        raise _stopped_error(call, stats, engine.source_alias)
+    return stats
+
+
+def _stopped_error(call: str, stats: EngineStats, alias: str) -> PartitionsStoppedError:
+    """What ``until_caught_up`` raises when partitions stopped: caught up without them is not
+    caught up (a run whose every partition stopped returned as if it had mirrored them)."""
+    stopped = sorted(stats.stopped.items())
+    shown = "; ".join(f"{topic}-{partition}: {error}" for (topic, partition), error in stopped[:5])
+    more = f"; and {len(stopped) - 5} more" if len(stopped) > 5 else ""
+    return PartitionsStoppedError(
+        f"{call}(until_caught_up=True): {len(stopped)} of {len(stats.partitions)} partitions of "
+        f"cluster {alias} stopped on errors, so they are not caught up (nothing more of them "
+        f"was forwarded; their committed offsets stay where they stopped): {shown}{more}",
+        stats)
 
 
 async def _caught_up(engine: MirrorEngine, topics: TopicsSpec, asked: TopicsSpec) -> None:

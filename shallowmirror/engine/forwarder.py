@@ -224,7 +224,7 @@ class BatchForwarder(EngineCore):
         check_undecided(batch, "forward")
         future = batch.future()
         if callback is not None:
-            batch.add_done_callback(callback)
+            batch.add_done_callback(_guarded(callback, "callback"))
         self.route(batch, topic, partition)
         return future
 
@@ -233,6 +233,18 @@ class BatchForwarder(EngineCore):
         already forwarded or dropped."""
         check_undecided(batch, "drop")
         self.batch_dropped(batch)
+
+
+def _guarded(fn: AckCallback, what: str) -> AckCallback:
+    """``fn`` as an acknowledgement callback whose exception is logged, not raised: it runs
+    inside the engine's produce loop, which an exception there stopped (and the error then
+    blamed a produce request)."""
+    def call(batch: FetchedBatch, target_base: int | None, error: BaseException | None) -> None:
+        try:
+            fn(batch, target_base, error)
+        except Exception:  # noqa: BLE001 - a program's callback must not stop the engine
+            log.exception("%s failed for %r", what, batch)
+    return call
 
 
 class SyncBatchForwarder:
@@ -415,12 +427,11 @@ class SyncBatchForwarder:
         self._claim(batch, "forward")
         result: concurrent.futures.Future = concurrent.futures.Future()
 
+        guarded = None if on_ack is None else _guarded(on_ack, "on_ack callback")
+
         def acked(b: FetchedBatch, target_base: int | None, error: BaseException | None) -> None:
-            if on_ack is not None:
-                try:
-                    on_ack(b, target_base, error)
-                except Exception:  # noqa: BLE001 - a program's callback must not stop the engine
-                    log.exception("on_ack callback failed for %r", b)
+            if guarded is not None:
+                guarded(b, target_base, error)
             if not result.done() and result.set_running_or_notify_cancel():
                 if error is None:
                     result.set_result(target_base)

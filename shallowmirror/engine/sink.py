@@ -89,6 +89,9 @@ _IDENTITY_ERRORS = {OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOW
                     PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING}
 #: UNKNOWN_TOPIC_OR_PARTITION is retriable in Kafka (metadata may lag); give up after this many.
 UNKNOWN_TARGET_RETRIES = 20
+#: Lookups of a target topic never forwarded to before its absence is worth a warning: by then
+#: (a second or so) a topic that was being created would be in the metadata.
+_QUIET_LOOKUPS = 3
 #: A target partition whose first batch is at least this big is spread over the lanes of its
 #: broker (``target.connections.per.broker``); smaller-batch partitions share lane 0. 32 KiB: a
 #: request of 8 such batches is 256 KB, where the broker's per-request cost no longer dominates.
@@ -807,6 +810,17 @@ class Sinks:
                     ttp, self._awaiting_leader[ttp][0],
                     f"the target's metadata lists {len(parts)} partitions" if narrower
                     else "not in the target's metadata")
+            elif parts is None and attempt == _QUIET_LOOKUPS:
+                # Never forwarded to: a topic that is only being created is there by now, so
+                # say why nothing moves (the lookups go on for about a minute before failing).
+                first = self._awaiting_leader[ttp][0]
+                log.warning(
+                    "target %s has no topic %s (not in its metadata after %d lookups; for "
+                    "source %s-%d offset %d): its batches wait and the lookup is retried, %d "
+                    "times at most, before the partition stops; create it with at least as "
+                    "many partitions as the source topic and compression.type=producer",
+                    self.alias, ttp[0], attempt + 1, first.topic, first.partition,
+                    first.source_base, UNKNOWN_TARGET_RETRIES)
             await asyncio.sleep(backoff.next_s())
         batches = self._awaiting_leader.pop(ttp)
         parts = self.cluster.partitions(ttp[0])

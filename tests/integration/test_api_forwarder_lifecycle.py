@@ -216,3 +216,59 @@ def test_async_forwarding_misuse_raises_at_the_call(source_cluster, target_clust
 
     asyncio.run(scenario())           # stop() at the end raised nothing
 
+
+
+def test_a_callback_that_raises_is_logged_and_the_async_forwarder_goes_on(
+        source_cluster, target_cluster, unique_topic, caplog):
+    """A program's ``forward(..., callback=)`` raising used to stop the engine's produce loop
+    (the error then named a produce request); it is logged, as ``on_ack`` of the sync
+    forwarder is, and every batch is still acknowledged and copied."""
+    topic = unique_topic("cbraise")
+    copy = f"{topic}-copy"
+    load_topic(source_cluster, topic, 400, partitions=1, batch_bytes=4_000, linger_ms=5)
+    create_target(target_cluster, copy, 1)
+    source = read_topic(source_cluster.client_config(), topic)
+    end = source[0][-1].offset + 1
+    called: list[int] = []
+
+    def bad(batch: FetchedBatch, target_base: int | None, error: BaseException | None) -> None:
+        called.append(batch.source_base)
+        raise ZeroDivisionError("boom in callback")
+
+    async def scenario() -> None:
+        async with BatchForwarder(source_cluster.client_config(),
+                                  target_cluster.client_config(), topics=[topic],
+                                  settings={**FAST, "group.id": group()}) as fwd:
+            acks, position = [], 0
+            while position < end:
+                batch = await fwd.next_batch(timeout_s=30)
+                assert batch is not None, f"no batch for 30 s at {position}"
+                acks.append(fwd.forward(batch, copy, 0, callback=bad))
+                position = batch.next_offset
+            await asyncio.wait_for(asyncio.gather(*acks), 30)
+            assert await fwd.wait_caught_up(30)
+
+    asyncio.run(scenario())           # stop() at the end raised nothing
+    assert len(called) > 1
+    assert "callback failed for FetchedBatch" in caplog.text and "boom in callback" in caplog.text
+    assert_same_records(source, read_topic(target_cluster.client_config(), copy), topic=copy)
+
+
+def test_forwarding_to_a_missing_target_topic_says_so_within_seconds(
+        source_cluster, target_cluster, unique_topic, caplog):
+    """The lookups for a target topic never forwarded to go on for about a minute before its
+    batches fail; the first second of them used to pass, and the rest too, without a word."""
+    topic = unique_topic("nowhere")
+    load_topic(source_cluster, topic, 50, partitions=1)
+    missing = f"{topic}-no-such-copy"
+    with SyncBatchForwarder(source_cluster.client_config(), target_cluster.client_config(),
+                            topics=[topic], settings={**FAST, "group.id": group()}) as fwd:
+        batch = fwd.next_batch(timeout_s=30)
+        assert batch is not None
+        began = time.monotonic()
+        acked = fwd.forward(batch, missing, 0)
+        while time.monotonic() - began < PROMPT_S and f"has no topic {missing}" not in caplog.text:
+            time.sleep(0.1)
+        assert not acked.done()
+    assert f"target target has no topic {missing}" in caplog.text, caplog.text[-2000:]
+    assert f"for source {topic}-0 offset 0" in caplog.text

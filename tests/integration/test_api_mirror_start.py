@@ -16,7 +16,7 @@ import pytest
 from engine_support import group, load_topic
 
 from shallowmirror.engine import mirror, mirror_async, prefix_mapper
-from shallowmirror.errors import ConfigError, ConnectionFailedError
+from shallowmirror.errors import ConfigError, ConnectionFailedError, PartitionsStoppedError
 from shallowmirror.testing.embedded import free_port
 from shallowmirror.testing.listeners import HTTP_BAD_REQUEST, not_kafka_listener
 from shallowmirror.testing.topics import read_topic
@@ -132,3 +132,20 @@ def test_a_pattern_on_one_cluster_never_copies_a_topic_into_itself(source_cluste
     copied = read_topic(cfg, f"{topic}.copy")[0]
     assert len(original) == 500
     assert [r.value for r in copied[100:]] == [r.value for r in original]   # nothing else
+
+
+def test_until_caught_up_raises_when_partitions_stopped(source_cluster, target_cluster,
+                                                        unique_topic):
+    """Every batch larger than ``max.request.size`` stops its partition; a run asked to mirror
+    until caught up used to return normally with nothing mirrored."""
+    topic = unique_topic("stopped")
+    load_topic(source_cluster, topic, 600, partitions=2, batch_bytes=16_000, linger_ms=5)
+    with pytest.raises(PartitionsStoppedError) as caught:
+        mirror(source_cluster.client_config(), target_cluster.client_config(), [topic],
+               topic_mapper=prefix_mapper("st"), until_caught_up=True, timeout_s=60,
+               **{**FAST, "group.id": group(), "max.request.size": 4096})
+    message = str(caught.value)
+    assert "2 of 2 partitions of cluster source stopped" in message, message
+    assert f"{topic}-0: " in message and "max.request.size=4096" in message
+    assert caught.value.stats.records == 0
+    assert set(caught.value.stats.stopped) == {(topic, 0), (topic, 1)}
