@@ -61,6 +61,7 @@ from shallowmirror.errors import (
     Where,
 )
 from shallowmirror.net import Cluster
+from shallowmirror.net.config import unknown_client_keys
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,11 @@ class EngineCore:
         self.source_config = dict(source_config)
         self.target_config = dict(target_config)
         self.source_alias, self.target_alias = source_alias, target_alias
+        for config, alias in ((self.source_config, source_alias),
+                              (self.target_config, target_alias)):
+            for key, hint in unknown_client_keys(config):
+                log.warning("cluster %s: unknown client key %r, ignored (not a Kafka client "
+                            "setting)%s", alias, key, f"; did you mean {hint!r}?" if hint else "")
         self.flow = flow or f"{source_alias}->{target_alias}"
         self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
         self.runtime = Runtime(self.settings, fail=self.fail)

@@ -461,7 +461,7 @@ def _check_top_level_key(key: str, clusters: list[str], warnings: list[str],
 def _role_key_hint(role: str, key: str) -> tuple[bool, str | None]:
     """(whether ``key`` is known to a ``role`` client, the closest known key if not). Known:
     that Java client's keys, the connection keys and the shallowmirror keys a role carries."""
-    from shallowmirror.mirror.client_keys import KEYS_OF_ROLE
+    from shallowmirror.net.client_keys import KEYS_OF_ROLE
     from shallowmirror.net.config import CONNECTION_SETTINGS
 
     known = KEYS_OF_ROLE[role] | set(CONNECTION_SETTINGS.names()) | _engine_names()
@@ -476,7 +476,7 @@ def _scoped_key_problem(scope: str, key: str) -> str | None:
     cluster key, any Java client's key, a connection or shallowmirror key, or one MirrorMaker
     2 keeps and shallowmirror ignores. A Java client key shallowmirror does not use is
     ignored, as MirrorMaker 2's clients ignore what they do not use."""
-    from shallowmirror.mirror.client_keys import ANY_CLIENT_KEYS, KEYS_OF_ROLE
+    from shallowmirror.net.client_keys import ANY_CLIENT_KEYS, KEYS_OF_ROLE
     from shallowmirror.net.config import CONNECTION_SETTINGS
 
     role, _, rest = key.partition(".")

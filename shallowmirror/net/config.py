@@ -169,6 +169,18 @@ def parse_jaas(jaas: str) -> dict[str, str]:
             for key, value in _JAAS_OPTION.findall(jaas)}
 
 
+def unknown_client_keys(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """The keys of a program's client ``config`` that no Kafka client takes, each with the
+    connection key most like it (or None): ``client_settings`` reads the connection keys and
+    ignores the rest, so ``bootstrap.server`` or ``security.protocl`` would be dropped without
+    a word (the CLI refuses unknown keys when it reads its files)."""
+    from shallowmirror.net.client_keys import ANY_CLIENT_KEYS
+
+    known = ANY_CLIENT_KEYS | set(CONNECTION_SETTINGS.names()) | {"sasl.mechanisms"}
+    return [(key, CONNECTION_SETTINGS.closest(key)) for key in config
+            if isinstance(key, str) and key not in known]
+
+
 def client_settings(config: Mapping[str, Any], alias: str) -> ClientSettings:
     """Validate ``config`` for cluster ``alias``; raise ``ConfigError`` listing every problem."""
     raw = {k: v for k, v in config.items() if k in CONNECTION_SETTINGS}

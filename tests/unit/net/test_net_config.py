@@ -76,3 +76,24 @@ def test_verification_switches():
     s = client_settings({"bootstrap.servers": "h:1", "security.protocol": "SSL",
                          "enable.ssl.certificate.verification": "false"}, "A")
     assert s.ssl_context.verify_mode == ssl.CERT_NONE
+
+
+def test_unknown_client_keys_are_the_typos_not_the_java_clients_keys():
+    from shallowmirror.net.config import unknown_client_keys
+
+    config = {"bootstrap.servers": "a:1", "bootstrap.server": "b:1", "security.protocl": "SSL",
+              "linger.ms": 5, "auto.offset.reset": "earliest", "sasl.mechanisms": "PLAIN",
+              "ssl.ca.location": "/x", "frobnicate": 1}
+    assert unknown_client_keys(config) == [("bootstrap.server", "bootstrap.servers"),
+                                           ("security.protocl", "security.protocol"),
+                                           ("frobnicate", None)]
+
+
+def test_an_engine_warns_of_each_unknown_client_key_naming_its_cluster(caplog):
+    from shallowmirror.engine import MirrorEngine
+
+    MirrorEngine({"bootstrap.servers": "a:1", "security.protocl": "SSL"},
+                 {"bootstrap.servers": "b:1", "bootstrap.server": "c:1"}, topics=["t"])
+    assert ("cluster source: unknown client key 'security.protocl', ignored (not a Kafka client "
+            "setting); did you mean 'security.protocol'?") in caplog.text
+    assert "cluster target: unknown client key 'bootstrap.server'" in caplog.text
