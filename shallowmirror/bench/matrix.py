@@ -29,7 +29,8 @@ class Workload:
             problems.append(f"codec {self.codec!r} is not one of {', '.join(CODECS)}")
         for name in ("value_bytes", "batch_bytes", "partitions", "records"):
             if getattr(self, name) <= 0:
-                problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
+                problems.append(f"--{name.replace('_', '-')} must be > 0 (got "
+                                f"{getattr(self, name)})")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -67,6 +67,7 @@ from shallowmirror.bench.progress import ProgressBar
 from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.metrics_schema import BENCH_RUN, MODES
+from shallowmirror.testing.workload import plan_problem
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,10 @@ class BenchConfig:
             found += shallow_mode.setting_problems(self.shallow_settings)
         if not self.workloads:
             found.append("no workloads")
+        for records, value_bytes in sorted({(w.records, w.value_bytes) for w in self.workloads}):
+            too_many = plan_problem(records, value_bytes)
+            if too_many:
+                found.append(f"--records {records:,}: {too_many}")
         return found + self._kafka_problems()
 
 

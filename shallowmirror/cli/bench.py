@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     lists = {}
     for option, kind in (("codecs", str), ("value_bytes", int), ("batch_bytes", int),
-                         ("partitions", int), ("records", int)):
+                         ("partitions", int), ("records", int), ("modes", str)):
         try:
             lists[option] = parse_list(getattr(args, option), kind)
         except ValueError as err:
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"shallowmirror bench: {err}", file=sys.stderr)
         return 2
     config = BenchConfig(
-        workloads=workloads, modes=parse_list(args.modes), repeats=args.repeats,
+        workloads=workloads, modes=lists["modes"], repeats=args.repeats,
         source_bootstrap=args.source_bootstrap, target_bootstrap=args.target_bootstrap,
         external_cmd=args.external_cmd, external_target_topic=args.external_target_topic,
         fetch_impl=args.fetch_impl, latency_probes=args.latency_probes,

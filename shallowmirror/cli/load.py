@@ -148,6 +148,12 @@ def option_problems(args: argparse.Namespace) -> list[str]:
         if getattr(args, option) < 1:
             problems.append(f"--{option.replace('_', '-')} must be at least 1, got "
                             f"{getattr(args, option)}")
+    if args.records >= 1 and args.value_bytes >= 1:
+        from shallowmirror.testing.workload import plan_problem
+
+        too_many = plan_problem(args.records, args.value_bytes)
+        if too_many:
+            problems.append(f"--records {args.records:,}: {too_many}")
     for item in args.producer_config:
         key = item.partition("=")[0].strip()
         if key in ("compression.type", "compression.codec"):

@@ -198,6 +198,12 @@ def test_log_level_after_the_subcommand_and_bad_levels(tmp_path):
      "got '16x'"),
     (("load", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--records", "abc"),
      "argument --records: expected one count such as 20000, 20k or 1m, got 'abc'"),
+    # An OverflowError and a ValueError reported as bugs before.
+    (("bench", "--records", "99999999999999999999k"),
+     "shallowmirror bench: --records 99,999,999,999,999,991,611,392: 99,999,999,999,999,991,"
+     "611,392 records of 300 bytes need about"),
+    (("bench", "--modes", ""), "shallowmirror bench: --modes: empty list: ''"),
+    (("bench", "--records", "0"), "shallowmirror bench: --records must be > 0 (got 0)"),
 ])
 def test_a_count_that_is_not_one_names_the_option(args, message):
     result = run_cli(*args)
@@ -242,6 +248,9 @@ def test_bench_output_paths_are_checked_before_any_broker_starts(tmp_path):
      "-X compression.type=gzip: set the codec with --codec (it is zstd)"),
     (("--topic", "t", "--value-bytes", "20m"), "--value-bytes 20000000 does not fit a record "
                                                "under the producer's message.max.bytes (1000000"),
+    # An OverflowError deep in the record planner ("this is a bug") before.
+    (("--topic", "t", "--records", "99999999999999999999k"),
+     "records of 300 bytes need about"),
 ])
 def test_load_options_are_checked_in_their_own_names_before_any_broker(args, message):
     """Nothing listens on 127.0.0.1:1: each of these is refused before it would be contacted."""
