@@ -818,8 +818,11 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         problems.append("--include and --whitelist (its old name) are both given: keep only "
                         "--include")
     pattern = include or whitelist
-    if not pattern:
-        problems.append("--include is required (a regex of topics to mirror, e.g. '.*')")
+    if not pattern or not mm1_include_regex(pattern).strip("|"):
+        # ' ', "''" and ',' too: they named no topic, and the run found none to mirror.
+        given = f" (got {pattern!r}, which names no topic)" if pattern else ""
+        problems.append(f"--include is required (a regex of topics to mirror, e.g. "
+                        f"'.*'){given}")
     else:
         try:
             re.compile(mm1_include_regex(pattern))
@@ -844,6 +847,11 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         raise ConfigError(problems)
     for warning in unknown:
         log.warning("%s", warning)
+    if not str(consumer_props.get("group.id", "")).strip():
+        log.warning("%s has no group.id%s; using shallowmirror-source-target",
+                    consumer_config_path, "" if "group.id" not in consumer_props
+                    else " (it is empty)")
+        consumer_props = {k: v for k, v in consumer_props.items() if k != "group.id"}
     props: dict[str, str] = {
         "clusters": "source, target",
         "source->target.enabled": "true",
@@ -851,6 +859,8 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         # MM1 mirrors whatever the regex names; only Kafka's own topics stay behind.
         "source->target.topics.exclude": r"__.*",
         "replication.policy.class": "IdentityReplicationPolicy",
+        # Only what --include names: MM2 also copies every `heartbeats` topic, renamed.
+        "heartbeats.replication.enabled": "false",
         "sync.topic.configs.enabled": "false",
         # MM1 only reads the source cluster (its ACLs may allow no more): offset syncs go to
         # the target (KIP-716), as checkpoints do.
@@ -868,9 +878,6 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
     props["target.bootstrap.servers"] = str(producer_props["bootstrap.servers"])
     if offset_commit_interval_ms is not None:
         props["offset.commit.interval.ms"] = str(offset_commit_interval_ms)
-    if "group.id" not in consumer_props:
-        log.warning("%s has no group.id; using shallowmirror-source-target",
-                    consumer_config_path)
     return resolve_mm2(props, deep=deep, allow_unknown_keys=allow_unknown_keys)
 
 

@@ -461,7 +461,8 @@ class FlowRunner:
         hint = ""
         if grouped and took > 2.0 and self.flow.settings["tasks.max"] == 1 and self.flow.shallow:
             hint = (f"; most of it is the consumer group's first join: a flow run by a single "
-                    f"process can skip it with {self.name}.partition.assignment = all")
+                    f"process can skip it with {self.name}.partition.assignment = all "
+                    f"(shallowmirror legacy: partition.assignment = all in --consumer.config)")
         log.info("flow %s: mirroring %d partitions, %.1fs after start%s", self.name, owned,
                  took, hint)
 

@@ -335,3 +335,31 @@ def test_a_flow_scoped_setting_that_is_also_a_client_key_is_applied_without_a_wa
     cfg = resolve_mm2({**BASE, "A->B.request.timeout.ms": "7000"})
     assert not [w for w in cfg.warnings if "request.timeout.ms" in w]
     assert cfg.flows[0].engine_settings["request.timeout.ms"] == "7000"
+
+
+def test_mm1_mirrors_only_what_include_names_not_heartbeats_topics():
+    """MirrorMaker 2 copies every ``heartbeats`` topic whatever ``topics`` says; MirrorMaker 1
+    only what --include names (a legacy run copied heartbeats topics, renamed, and said caught
+    up with an --include that matched nothing)."""
+    (flow,) = resolve_mm1({"bootstrap.servers": "a:1", "group.id": "g"},
+                          {"bootstrap.servers": "b:1"}, include="orders").flows
+    assert flow.settings["heartbeats.replication.enabled"] is False
+
+
+@pytest.mark.parametrize("include", [" ", "''", ",", " , "])
+def test_mm1_include_that_names_no_topic_is_refused(include):
+    with pytest.raises(ConfigError) as info:
+        resolve_mm1({"bootstrap.servers": "a:1", "group.id": "g"},
+                    {"bootstrap.servers": "b:1"}, include=include)
+    assert info.value.problems == [
+        f"--include is required (a regex of topics to mirror, e.g. '.*') (got {include!r}, "
+        "which names no topic)"]
+
+
+def test_mm1_empty_group_id_is_the_default_group_with_a_warning(caplog):
+    (flow,) = resolve_mm1({"bootstrap.servers": "a:1", "group.id": " "},
+                          {"bootstrap.servers": "b:1"}, include="orders",
+                          consumer_config_path="c.properties").flows
+    assert "c.properties has no group.id (it is empty); using shallowmirror-source-target" \
+        in caplog.text
+    assert "group.id" not in flow.source_consumer
