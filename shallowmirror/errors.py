@@ -131,6 +131,12 @@ class ConnectionFailedError(LocatedError):
     """A broker could not be reached or dropped the connection."""
 
 
+class ReconnectDeadlineError(ConnectionFailedError):
+    """A broker stayed unreachable for ``reconnect.deadline.ms``: retrying is given up. At
+    start-up or mid-run alike the engine fails with it (a flow is then restarted with backoff,
+    or with ``abort.on.send.failure`` the process stops)."""
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     code: int

@@ -18,6 +18,7 @@ from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.budget import ByteBudget
 from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.supervisor import Supervisor
+from shallowmirror.errors import ReconnectDeadlineError
 from shallowmirror.net import AuthenticationFailedError
 from shallowmirror.net.cluster import RETRY_WARNING_INTERVAL_S
 
@@ -115,7 +116,12 @@ class Runtime:
 
     def note_unreachable(self, alias: str, err: BaseException) -> None:
         """A connection to cluster ``alias`` failed: log it now and then, and fail the engine on
-        an authentication failure (retrying a wrong password only locks the account)."""
+        an authentication failure (retrying a wrong password only locks the account) or once a
+        broker stayed unreachable for ``reconnect.deadline.ms`` (mid-run, the engine retried
+        for ever after saying it gave up, and ``abort.on.send.failure`` never applied)."""
+        if isinstance(err, ReconnectDeadlineError):
+            self.fail(err)
+            return
         now = time.monotonic()
         if now - self._unreachable_logged.get(alias, 0) > UNREACHABLE_LOG_INTERVAL_S:
             self._unreachable_logged[alias] = now

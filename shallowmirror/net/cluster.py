@@ -36,7 +36,7 @@ from typing import Any
 from kafka import errors as Errors
 from kafka.protocol.metadata import MetadataRequest
 
-from shallowmirror.errors import BrokerError, ConnectionFailedError, Where
+from shallowmirror.errors import BrokerError, ConnectionFailedError, ReconnectDeadlineError, Where
 from shallowmirror.net.config import ClientSettings, client_settings
 from shallowmirror.net.connection import AuthenticationFailedError, BrokerConnection
 from shallowmirror.net.protocol import versions
@@ -466,7 +466,7 @@ class Cluster:
                 self._failing_since = now
             reasons = "; ".join(f"{address} ({reason})" for address, reason in tried.items())
             if now >= deadline:
-                raise ConnectionFailedError(
+                raise ReconnectDeadlineError(
                     f"cannot reach {reasons}: gave up after {attempts} attempts over "
                     f"{now - started:.1f}s (reconnect.deadline.ms={settings.reconnect_deadline_ms}"
                     f", security.protocol={settings.security_protocol})",

@@ -16,10 +16,15 @@ import pytest
 from engine_support import group, load_topic
 
 from shallowmirror.engine import mirror, mirror_async, prefix_mapper
-from shallowmirror.errors import ConfigError, ConnectionFailedError, PartitionsStoppedError
+from shallowmirror.errors import (
+    ConfigError,
+    ConnectionFailedError,
+    PartitionsStoppedError,
+    ReconnectDeadlineError,
+)
 from shallowmirror.testing.embedded import free_port
 from shallowmirror.testing.listeners import HTTP_BAD_REQUEST, not_kafka_listener
-from shallowmirror.testing.topics import read_topic
+from shallowmirror.testing.topics import TopicReadError, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +154,46 @@ def test_until_caught_up_raises_when_partitions_stopped(source_cluster, target_c
     assert f"{topic}-0: " in message and "max.request.size=4096" in message
     assert caught.value.stats.records == 0
     assert set(caught.value.stats.stopped) == {(topic, 0), (topic, 1)}
+
+
+def test_a_target_gone_for_reconnect_deadline_ms_mid_run_fails_the_run(
+        start_broker, source_cluster, unique_topic):
+    """Mid-run, a target unreachable past ``reconnect.deadline.ms`` was retried for ever, while
+    the log said it gave up (and ``abort.on.send.failure`` never applied): the run now fails
+    with ``ReconnectDeadlineError``, as it does at start-up."""
+    from confluent_kafka import Producer
+
+    target = start_broker("gone")
+    topic = unique_topic("gone")
+    load_topic(source_cluster, topic, 100, partitions=1)
+    copy = f"gone.{topic}"
+
+    async def scenario() -> tuple[float, BaseException]:
+        run = asyncio.create_task(mirror_async(
+            source_cluster.client_config(), {**target.client_config(),
+                                             "reconnect.deadline.ms": 3000},
+            [topic], topic_mapper=prefix_mapper("gone"), timeout_s=120,
+            **{**FAST, "group.id": group()}))
+        def copies() -> int:
+            try:
+                return sum(map(len, read_topic(target.client_config(), copy).values()))
+            except TopicReadError:
+                return 0                        # not created yet
+
+        began = time.monotonic()
+        while await asyncio.to_thread(copies) < 100:
+            assert not run.done() and time.monotonic() - began < 60, "no copies within 60 s"
+            await asyncio.sleep(0.5)
+        await asyncio.to_thread(target.stop)
+        producer = Producer(source_cluster.client_config())
+        for i in range(10):                     # something to send to the target now gone
+            producer.produce(topic, value=b"after-%d" % i, partition=0)
+        producer.flush(30)
+        gone = time.monotonic()
+        with pytest.raises(ReconnectDeadlineError) as caught:
+            await asyncio.wait_for(run, 90)
+        return time.monotonic() - gone, caught.value
+
+    took_s, error = asyncio.run(scenario())
+    assert took_s < 60, f"the run took {took_s:.0f} s to give up"
+    assert "reconnect.deadline.ms=3000" in str(error) and "cluster target" in str(error)
