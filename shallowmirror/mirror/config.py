@@ -697,6 +697,9 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
         if _flow_opts_out_of_exactly_once(flow_keys):
             # A flow's own `A->B.exactly.once = false` wins over MM2's process-wide switch.
             engine_raw["exactly.once.source.support"] = "disabled"
+        if settings["replication.factor"] == 0:
+            problems.append(f"{flow}: replication.factor must be -1 (the target broker's "
+                            "default) or at least 1, got 0 (Kafka refuses a topic with none)")
         if str(engine_raw.get("partition.assignment", "")).strip() == "all" \
                 and settings["tasks.max"] > 1:
             problems.append(f"{flow}: partition.assignment=all gives every partition to each "

@@ -588,9 +588,13 @@ class FlowRunner:
         ``since`` (``time.monotonic()``), and no topic waiting."""
         if self.state != "running" or self.sync is None:
             return False
+        errors = set(self.sync.errors())
         if not self.ready_topics:
-            return False  # nothing mirrored is never "caught up" (see nothing_to_mirror)
-        pending = set(self.sync.topics) - set(self.ready_topics) - set(self.sync.errors())
+            # Nothing mirrored is never "caught up" (see nothing_to_mirror), unless every topic
+            # it matched stopped on an error: then nothing is left to wait for, and the summary
+            # says "caught up, except N stopped" with exit status 1 (it waited for ever).
+            return bool(self.sync.topics) and set(self.sync.topics) <= errors
+        pending = set(self.sync.topics) - set(self.ready_topics) - errors
         if pending:
             return False
         # Every partition of every ready topic must be owned by a caught-up runner (a runner

@@ -223,6 +223,29 @@ def test_identity_policy_keeps_topic_names(source_cluster, target_cluster, tmp_p
         _same(source_cluster, narrow, target_cluster, narrow)
 
 
+def test_exit_when_caught_up_ends_when_every_topic_stopped_on_an_error(
+        source_cluster, target_cluster, tmp_path, unique_topic, on_tansu):
+    """The flow's only topic cannot be mirrored (tansu: its remote topic has fewer partitions
+    and cannot grow; Kafka: a replication factor above the broker count): the run waited for
+    ever, a status line every 30 s, where one with another topic beside it ended at once."""
+    narrow = unique_topic("onlybad")
+    _load(source_cluster, narrow, records=100, partitions=3)
+    keys = {"replication.policy.class":
+            "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"}
+    if on_tansu:
+        _load(target_cluster, narrow, records=0, partitions=1)
+    else:
+        keys["replication.factor"] = "3"
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **_flow(topics=narrow, **keys))
+    began = time.monotonic()
+    result = run_cli("mirror", str(config), "--exit-when-caught-up", timeout_s=120)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    assert time.monotonic() - began < 90
+    assert "caught up, except 1 stopped (below)" in result.stdout, result.stdout
+    assert f"error: {narrow}: " in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("topics", ["listed", "pattern"])
 def test_one_cluster_under_two_addresses_is_refused_before_a_record_is_copied(
         source_cluster, tmp_path, unique_topic, topics):

@@ -75,6 +75,9 @@ def test_binary_garbage_as_properties_file(tmp_path):
     ("B.producer.acks = 0", "acks (A->B): acks=0 is not supported: the target would not "
      "answer Produce requests"),
     ("B.producer.acks = 2", "acks (A->B): must be one of all, -1, 1, got '2'"),
+    # Accepted, then refused by Kafka at run time (and the run waited for ever).
+    ("replication.factor = 0", "A->B: replication.factor must be -1 (the target broker's "
+     "default) or at least 1, got 0"),
 ])
 def test_check_validates_every_value(tmp_path, line, message):
     assert_config_error(run_cli("mirror", mm2(tmp_path, *GOOD, line), "--check"), message)
