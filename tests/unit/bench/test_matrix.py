@@ -28,7 +28,7 @@ def test_workload_rejects_every_problem_at_once():
     with pytest.raises(ValueError) as err:
         Workload("brotli", 0, 1, -1, 5)
     text = str(err.value)
-    assert "brotli" in text and "value_bytes" in text and "partitions" in text
+    assert "brotli" in text and "--value-bytes" in text and "partitions" in text
 
 
 @pytest.mark.parametrize(("text", "expected"), [
