@@ -430,6 +430,17 @@ class FlowRunner:
         return (f"joining consumer group {self.flow.engine_settings.get('group.id')} on "
                 f"cluster {self.flow.source}")
 
+    def stopped_before_mirroring(self) -> str | None:
+        """What a flow whose clusters answered was still doing when it stopped without having
+        mirrored anything (joining its group, most often), or None."""
+        if self.never_started or self.mirroring_since is not None or not self.ready_topics:
+            return None
+        assignment = self.flow.engine_settings.get("partition.assignment", "group")
+        if self.flow.shallow and assignment == "all":
+            return "still assigning its partitions"
+        return (f"still joining consumer group {self.flow.engine_settings.get('group.id')} on "
+                f"cluster {self.flow.source}")
+
     def _note_assigned(self, partitions: list) -> None:
         """Engine hook: a whole assignment is attached (its partitions start one by one)."""
         self._assigned_total += len(partitions)

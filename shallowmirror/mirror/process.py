@@ -238,6 +238,10 @@ class MirrorProcess:
                 log.error("flow %s: stopped before it could start, %s; nothing was mirrored",
                           flow.name, flow.never_started)
                 self.exit_code = self.exit_code or 1
+            elif (joining := flow.stopped_before_mirroring()) is not None:
+                # A normal phase, not a failure (the exit status stays), but say why nothing
+                # was mirrored: the summary alone read like a run that found nothing to do.
+                log.warning("flow %s: stopped %s; nothing was mirrored yet", flow.name, joining)
         mirroring = [f.mirroring_since for f in self.flows if f.mirroring_since is not None]
         summary = summarize(self.snapshots(), wall_s=time.monotonic() - started,
                             cpu_s=cpu_seconds() - cpu0, caught_up=self.caught_up,

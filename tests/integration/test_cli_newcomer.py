@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer
-from test_mirror_cli import Background, command, mm2_properties, run_cli
+from test_mirror_cli import Background, command, mm2_properties, run_cli, wait_for
 
 from shallowmirror.testing.embedded import free_port, pid_gone
 from shallowmirror.testing.listeners import not_kafka_listener
@@ -324,6 +324,32 @@ def test_status_says_it_joins_the_group_and_json_lines_name_the_flow(
     # The summary's MB/s leaves the start-up out and says how long it was.
     assert "MB/s, after " in result.stdout and " s of start-up)" in result.stdout
     assert "3,000 records" in result.stdout and "lag 0 records" in result.stdout
+
+
+def test_a_stop_while_joining_the_group_says_so(source_cluster, target_cluster, tmp_path,
+                                                unique_topic):
+    """Stopped during the group's first join (a normal phase: the exit status stays 0), the
+    summary alone said 0 records and 0 topics, as if there had been nothing to mirror."""
+    topic = unique_topic("stopjoin")
+    load(source_cluster, Workload(topic, records=500, partitions=3, value_bytes=200))
+    # Session timeout 10 s: tansu holds the first JoinGroup 5 s, Kafka its initial delay 3 s.
+    config = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                            **{"A->B.enabled": "true", "A->B.topics": topic,
+                               "session.timeout.ms": "10000", "heartbeat.interval.ms": "1000"})
+    mirror = Background("mirror", str(config), "--status-interval", "0.2",
+                        log_path=tmp_path / "mirror.log")
+    try:
+        wait_for(lambda: "[joining consumer group" in mirror.log(), 30, "the join", mirror)
+        assert "mirroring 3 partitions" not in mirror.log()
+        status = mirror.terminate()
+    finally:
+        mirror.stop()
+    log = mirror.log()
+    if "mirroring 3 partitions" in log:
+        pytest.skip("the join ended before the stop reached it")
+    assert status == 0, log[-3000:]
+    assert "flow A->B: stopped still joining consumer group " in log, log[-3000:]
+    assert "on cluster A; nothing was mirrored yet" in log
 
 
 def test_partition_assignment_all_skips_the_join(source_cluster, target_cluster, tmp_path,
