@@ -24,14 +24,17 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import math
-import numbers
-import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from shallowmirror.engine.arguments import (
+    check_configs,
+    check_mapper,
+    check_seconds,
+    check_topics,
+)
 from shallowmirror.engine.batch import EngineStats
 from shallowmirror.engine.discovery import TopicsSpec, topic_predicate
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper
@@ -164,6 +167,10 @@ def ensure_target_topics(source_config: Mapping[str, Any], target_config: Mappin
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
+    check_configs("ensure_target_topics", source_config, target_config)
+    check_topics("ensure_target_topics", topics)
+    check_mapper("ensure_target_topics", topic_mapper)
+    check_seconds("ensure_target_topics", "timeout_s", timeout_s)
     stop = stop or threading.Event()
     wanted, _names = topic_predicate(topics)
     src = _Admin(source_config, source_alias, timeout_s, stop)
@@ -255,29 +262,9 @@ def _check_arguments(call: str, source_config: Any, target_config: Any, topics: 
                      topic_mapper: Any, stop: Any, stop_type: type, timeout_s: Any) -> None:
     """``TypeError``/``ValueError`` for an argument of the wrong kind, at the call: the same
     mistake found deep inside the engine (or never) said much less."""
-    for name, config in (("source_config", source_config), ("target_config", target_config)):
-        if not isinstance(config, Mapping):
-            raise TypeError(f"{call}(): {name} must be a mapping of client settings such as "
-                            f"{{'bootstrap.servers': 'host:9092'}}, not "
-                            f"{type(config).__name__} {config!r}")
-    if isinstance(topics, str):
-        try:
-            re.compile(topics)
-        except re.error as err:
-            raise ValueError(f"{call}(): topics {topics!r} is not a valid regular expression: "
-                             f"{err}") from err
-    elif not callable(topics):
-        if isinstance(topics, bytes | Mapping) or not isinstance(topics, Collection):
-            raise TypeError(f"{call}(): topics must be a list of topic names, a regex (str) or "
-                            f"a predicate, not {type(topics).__name__} {topics!r}")
-        bad = [t for t in topics if not isinstance(t, str) or not t]
-        if bad:
-            raise TypeError(f"{call}(): topics must be non-empty topic names (str); got {bad!r}")
-        if not topics:
-            raise ValueError(f"{call}(): topics is empty: nothing to mirror")
-    if not callable(topic_mapper):
-        raise TypeError(f"{call}(): topic_mapper must be a function from source to target topic "
-                        f"name, not {type(topic_mapper).__name__} {topic_mapper!r}")
+    check_configs(call, source_config, target_config)
+    check_topics(call, topics)
+    check_mapper(call, topic_mapper)
     if stop is not None and not isinstance(stop, stop_type):
         wanted, other, other_call = (("a threading.Event", "asyncio.Event", "mirror_async")
                                      if stop_type is threading.Event else
@@ -285,12 +272,7 @@ def _check_arguments(call: str, source_config: Any, target_config: Any, topics: 
         hint = f" ({other} is for {other_call}())" if type(stop).__name__ == "Event" else ""
         raise TypeError(f"{call}(): stop must be {wanted} or None, not "
                         f"{type(stop).__module__}.{type(stop).__qualname__} {stop!r}{hint}")
-    if timeout_s is not None:
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
-            raise TypeError(f"{call}(): timeout_s must be a number of seconds or None, not "
-                            f"{type(timeout_s).__name__} {timeout_s!r}")
-        if math.isnan(timeout_s) or timeout_s < 0:
-            raise ValueError(f"{call}(): timeout_s must be >= 0 seconds, not {timeout_s!r}")
+    check_seconds(call, "timeout_s", timeout_s)
 
 
 def _refuse_self_loop(source: ClientSettings, target: ClientSettings, topics: TopicsSpec,

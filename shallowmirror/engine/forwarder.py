@@ -42,6 +42,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
+from shallowmirror.engine.arguments import check_configs, check_settings, check_topics
 from shallowmirror.engine.batch import EngineStats, FetchedBatch
 from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
@@ -265,6 +266,9 @@ class SyncBatchForwarder:
                  topics: TopicsSpec, settings: Mapping[str, Any] | None = None,
                  metrics_sink: MetricsSink | None = None, source_alias: str = "source",
                  target_alias: str = "target", flow: str | None = None) -> None:
+        check_configs("SyncBatchForwarder", source_config, target_config)
+        check_topics("SyncBatchForwarder", topics, allow_empty=True)
+        check_settings("SyncBatchForwarder", settings)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="shallowmirror-forwarder")

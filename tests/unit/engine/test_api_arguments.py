@@ -111,3 +111,53 @@ def test_a_topic_mirrored_into_itself_is_refused_up_front(which, mapper, topics,
     assert isinstance(err, ValueError), repr(err)
     assert "same cluster" in str(err) and NOWHERE["bootstrap.servers"] in str(err)
     assert names in str(err)
+
+
+def _sync_forwarder(**kwargs: Any) -> None:
+    from shallowmirror.engine import SyncBatchForwarder
+
+    SyncBatchForwarder(kwargs.pop("source", NOWHERE), ELSEWHERE, **kwargs).close()
+
+
+def _async_forwarder(**kwargs: Any) -> None:
+    from shallowmirror.engine import BatchForwarder
+
+    BatchForwarder(kwargs.pop("source", NOWHERE), ELSEWHERE, **kwargs)
+
+
+def _ensure(**kwargs: Any) -> None:
+    from shallowmirror.engine import ensure_target_topics
+
+    ensure_target_topics(kwargs.pop("source", NOWHERE), ELSEWHERE, kwargs.pop("topics", ["t"]),
+                         kwargs.pop("topic_mapper", prefix_mapper("x")), **kwargs)
+
+
+@pytest.mark.parametrize(("make", "name"), [(_sync_forwarder, "SyncBatchForwarder"),
+                                            (_async_forwarder, "BatchForwarder")])
+@pytest.mark.parametrize(("kwargs", "kind", "says"), [
+    ({"source": "127.0.0.1:1", "topics": ["t"]}, TypeError,
+     "source_config must be a mapping of client settings"),
+    ({"topics": 5}, TypeError, "topics must be a list of topic names, a regex (str) or a "
+                               "predicate, not int 5"),
+    ({"topics": None}, TypeError, "topics must be a list of topic names, a regex (str) or a "
+                                  "predicate, not NoneType None"),
+    ({"topics": "(["}, ValueError, "topics '([' is not a valid regular expression"),
+    ({"topics": ["t"], "settings": "a=b"}, TypeError,
+     "settings must be a mapping of engine settings"),
+])
+def test_the_forwarders_check_their_arguments_at_the_call(make, name, kwargs, kind, says):
+    """These were "dictionary update sequence element #0 has length 1", "'int' object is not
+    iterable", a bare ``re.error``."""
+    err = _raised(lambda: make(**kwargs))
+    assert isinstance(err, kind) and f"{name}(): {says}" in str(err), err
+
+
+@pytest.mark.parametrize(("kwargs", "kind", "says"), [
+    ({"source": "a:1"}, TypeError, "source_config must be a mapping of client settings"),
+    ({"topics": 5}, TypeError, "topics must be a list of topic names"),
+    ({"topic_mapper": "e."}, TypeError, "topic_mapper must be a function"),
+    ({"timeout_s": "2"}, TypeError, "timeout_s must be a number of seconds or None"),
+])
+def test_ensure_target_topics_checks_its_arguments_at_the_call(kwargs, kind, says):
+    err = _raised(lambda: _ensure(**kwargs))
+    assert isinstance(err, kind) and f"ensure_target_topics(): {says}" in str(err), err
