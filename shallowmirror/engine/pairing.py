@@ -38,7 +38,7 @@ from kafka import errors as Errors
 
 from shallowmirror import codec
 from shallowmirror.codec import deep
-from shallowmirror.codec.layout import HEADER_SIZE
+from shallowmirror.codec.layout import COMPRESSION_NAMES, HEADER_SIZE
 from shallowmirror.engine.source import log_start
 from shallowmirror.errors import BrokerError, CorruptDataError, Where
 from shallowmirror.net import Cluster
@@ -86,7 +86,8 @@ def compare_forwarded(source: Any, target: Any) -> str | None:
         return f"last offset delta {source.last_offset_delta} on the source, " \
                f"{target.last_offset_delta} on the target"
     if source.compression != target.compression:
-        return f"codec {source.compression} on the source, {target.compression} on the target"
+        return (f"codec {_codec(source.compression)} on the source, "
+                f"{_codec(target.compression)} on the target")
     if source.base_timestamp != target.base_timestamp:
         return f"first timestamp {source.base_timestamp} on the source, " \
                f"{target.base_timestamp} on the target"
@@ -316,3 +317,8 @@ async def match_rebuilt(source: Any, start_offset: int, target: BatchCursor) -> 
     else:
         reason = compare_records(wanted, got)
     return RebuiltMatch(len(wanted), len(got), first_target, target_bytes, False, reason)
+
+
+def _codec(compression: int) -> str:
+    """A codec's name (the id itself if unknown: a corrupt attribute)."""
+    return COMPRESSION_NAMES.get(compression, f"id {compression}")

@@ -283,6 +283,8 @@ def _unescape(text: str) -> str:
 
 def load_properties(path: str | Path) -> dict[str, str]:
     """Read a properties file; a missing or unreadable file is a ``ConfigError``."""
+    if not str(path).strip():
+        raise ConfigError("no properties file given (the file name is empty)")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:

@@ -155,7 +155,7 @@ class MirrorProcess:
                 return
             if timeout is not None and time.monotonic() - started > timeout:
                 lagging = [f.name for f, ok in zip(self.flows, checks, strict=True) if not ok]
-                log.error("not caught up within %.0fs (flows %s): stopping", timeout,
+                log.error("not caught up within %gs (flows %s): stopping", timeout,
                           ", ".join(lagging))
                 self.exit_code = 1
                 self.stop.set()
@@ -250,9 +250,10 @@ class MirrorProcess:
             # What stopped with an error was not mirrored, whether the rest caught up or a
             # signal ended the run: a service manager must see the run as failed, not clean.
             ending = "caught up" if summary.caught_up else "stopped"
-            log.error("%s except %d stopped partitions or topics (errors above and in the "
-                      "summary): their records past the position shown were not mirrored; "
-                      "exiting with status 1", ending, summary.stopped)
+            log.error("%s except %d stopped %s (errors above and in the summary): their "
+                      "records past the position shown were not mirrored; exiting with status 1",
+                      ending, summary.stopped,
+                      "partition or topic" if summary.stopped == 1 else "partitions or topics")
             self.exit_code = self.exit_code or 1
         self._report(summary)
         return self.exit_code

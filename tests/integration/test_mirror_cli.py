@@ -735,7 +735,7 @@ def test_caught_up_with_a_stopped_partition_is_not_a_success(source_cluster, tar
     assert f"error: {topic}-0: source batch of 300" in result.stdout, result.stdout
     assert "max.request.size=200000" in result.stdout, result.stdout
     assert "(mm2.properties: B.producer.max.request.size)" in result.stdout, result.stdout
-    assert "caught up except 1 stopped partitions or topics" in result.stderr, result.stderr[-3000:]
+    assert "caught up except 1 stopped partition or topic" in result.stderr, result.stderr[-3000:]
     copies = read_topic(target_cluster.client_config(), f"A.{topic}")
     assert len(copies[1]) == len(read_topic(source_cluster.client_config(), topic)[1])
 
@@ -753,7 +753,7 @@ def _stopped_partition_then_sigterm(config: Path, tmp_path: Path, source_cluster
     finally:
         mirror.stop()
     log = mirror.log()
-    assert "stopped except 1 stopped partitions or topics" in log, log[-3000:]
+    assert "stopped except 1 stopped partition or topic" in log, log[-3000:]
     assert f"error: {topic}-0: source batch of 300" in log, log[-3000:]
 
 

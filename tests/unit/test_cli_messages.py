@@ -54,6 +54,12 @@ def test_bootstrap_address_with_trailing_text_is_refused_by_check(tmp_path):
 # -- item 3: no input ends in a traceback; --check validates every value ---------------------------
 
 
+def test_an_empty_file_name_is_named_as_such():
+    """It said "cannot read : Is a directory" (the empty path is the current directory)."""
+    assert_config_error(run_cli("mirror", "", "--check"),
+                        "no properties file given (the file name is empty)")
+
+
 def test_binary_garbage_as_properties_file(tmp_path):
     path = tmp_path / "garbage.properties"
     path.write_bytes(b"clusters = A\n\x8a\xff\x00\x13binary")

@@ -68,7 +68,7 @@ def test_header_fields_that_count_are_named():
     other = _forwarded(_batch(range(199)))
     assert compare_forwarded(source, other) == \
         "record count 200 on the source, 199 on the target"
-    assert "codec 0 on the source, 3 on the target" in compare_forwarded(
+    assert "codec none on the source, lz4 on the target" in compare_forwarded(
         source, _forwarded(_batch(compression=3)))
 
 
