@@ -161,6 +161,9 @@ class ResumeOutcome:
     records: int = 0
     target_bytes: int = 0
     fallback: str | None = None          # why resume fell back to the committed offset
+    #: The target topic the committed offset was mirrored into, when it is another topic than
+    #: this run's (a new mapping on the same group: it starts at the old mapping's offsets).
+    other_topic: str | None = None
 
 
 @dataclass
@@ -265,9 +268,12 @@ class TargetResume:
                 "no target position in the commit metadata (first start, a commit by an older "
                 "version, or a broker that keeps no commit metadata)"))
         if (point.target_topic, point.target_partition) != target:
-            return await self._anchored(target, committed, (
+            outcome = await self._anchored(target, committed, (
                 f"the commit metadata is for target {point.target_topic}-"
                 f"{point.target_partition}; this flow now writes to {target[0]}-{target[1]}"))
+            if point.target_topic != target[0]:
+                outcome.other_topic = point.target_topic
+            return outcome
         if point.source_offset > committed:
             return ResumeOutcome(committed, None, fallback=(
                 f"the commit metadata is for source offset {point.source_offset}, above the "
@@ -444,16 +450,26 @@ class ResumeStart:
                              sum(o.target_bytes for o in walked))
         fallbacks: dict[TP, str] = {}
         anchored: set[TP] = set()         # fallbacks with a pair made now (``_anchored``)
+        elsewhere: dict[str, str] = {}   # this run's target topic -> the one committed into
         started = []
         for (sp, target), outcome in zip(items, outcomes, strict=True):
             if outcome is None or self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
                 continue                  # stopped, or revoked while reading
+            if outcome.other_topic is not None:
+                elsewhere[target[0]] = outcome.other_topic
             if outcome.fallback is not None and sp.tp not in first:
                 fallbacks[sp.tp] = outcome.fallback
             if outcome.fallback is not None and outcome.point is not None:
                 anchored.add(sp.tp)
             self._start_resumed(sp, target, outcome)
             started.append(sp)
+        if elsewhere:
+            shown = ", ".join(f"{old} (now {new})" for new, old in sorted(elsewhere.items()))
+            log.warning("cluster %s, group %s: its committed offsets were made mirroring into "
+                        "other target topics: %s; this run starts at them, so the records "
+                        "before them are not copied to the new topics (give a new mapping its "
+                        "own group.id to copy from the start)", self.source_alias,
+                        self.group_id, shown)
         if fallbacks:
             log.info("cluster %s, group %s: starting at the committed offset (batches "
                              "copied after the last commit may be mirrored twice): %s",

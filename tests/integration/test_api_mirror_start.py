@@ -197,3 +197,25 @@ def test_a_target_gone_for_reconnect_deadline_ms_mid_run_fails_the_run(
     took_s, error = asyncio.run(scenario())
     assert took_s < 60, f"the run took {took_s:.0f} s to give up"
     assert "reconnect.deadline.ms=3000" in str(error) and "cluster target" in str(error)
+
+
+def test_a_new_mapping_on_the_same_group_warns_that_it_starts_at_the_old_offsets(
+        source_cluster, target_cluster, unique_topic, on_tansu, caplog):
+    """A second ``mirror()`` into other target topics, on the default (shared) group, copied
+    nothing and said so only at INFO. Needs commit metadata (tansu keeps none)."""
+    if on_tansu:
+        pytest.skip("tansu keeps no commit metadata: the old target topic is not known")
+    topic = unique_topic("remap")
+    load_topic(source_cluster, topic, 300, partitions=2)
+    shared = {**FAST, "group.id": group()}
+    first = mirror(source_cluster.client_config(), target_cluster.client_config(), [topic],
+                   topic_mapper=prefix_mapper("p1"), until_caught_up=True, timeout_s=60,
+                   **shared)
+    assert first.records == 300
+    caplog.clear()
+    second = mirror(source_cluster.client_config(), target_cluster.client_config(), [topic],
+                    topic_mapper=prefix_mapper("p2"), until_caught_up=True, timeout_s=60,
+                    **shared)
+    assert second.records == 0
+    assert (f"its committed offsets were made mirroring into other target topics: p1.{topic} "
+            f"(now p2.{topic})") in caplog.text, caplog.text[-3000:]
