@@ -34,7 +34,7 @@ def _parse_bool(raw: Any) -> bool:
         return True
     if text in ("false", "0", "no", "off"):
         return False
-    raise ValueError(f"expected true or false, got {raw!r}")
+    raise ValueError(f"expected true or false (or yes/no, on/off, 1/0), got {raw!r}")
 
 
 def _parse_list(raw: Any) -> list[str]:

@@ -346,6 +346,10 @@ async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Ma
                   create_topics: bool, metrics_sink: MetricsSink | None, source_alias: str,
                   target_alias: str, settings: Mapping[str, Any]) -> EngineStats:
     """``mirror_async`` once its arguments are checked (``call``: the public function)."""
+    for name, flag in (("until_caught_up", until_caught_up), ("create_topics", create_topics)):
+        if not isinstance(flag, bool):     # "no" was taken as true
+            raise TypeError(f"{call}(): {name} must be True or False, not "
+                            f"{type(flag).__name__} {flag!r}")
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
     engine_settings = {k.replace("_", "."): v for k, v in settings.items()}

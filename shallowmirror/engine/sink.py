@@ -844,7 +844,7 @@ class Sinks:
 
     def batch_too_large(self, batch: FetchedBatch, limit: int) -> None:
         self.batch_failed(batch, MessageTooLargeError(
-            f"source batch of {batch.size} bytes (source {self.source_alias} "
+            f"source batch of {batch.size} bytes (cluster {self.source_alias}, "
             f"{batch.topic}-{batch.partition} offset {batch.source_base}) does not fit "
             f"max.request.size={limit} for target {self.alias}: raise max.request.size "
             f"(mm2.properties: {self.alias}.producer.max.request.size) and the target topic's "

@@ -476,7 +476,7 @@ class Cluster:
                 warned_at = now
                 so_far = (f" ({attempts} attempts over {now - started:.0f}s so far)"
                           if attempts > len(targets) else "")
-                log.warning("cluster %s: cannot reach %s; retrying in %.1fs%s", self.alias,
+                log.warning("cluster %s: cannot reach %s; retrying in %.2gs%s", self.alias,
                             reasons, delay_s, so_far)
             else:
                 log.debug("cluster %s: cannot reach %s; retrying in %.1fs", self.alias, reasons,

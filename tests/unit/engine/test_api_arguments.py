@@ -161,3 +161,12 @@ def test_the_forwarders_check_their_arguments_at_the_call(make, name, kwargs, ki
 def test_ensure_target_topics_checks_its_arguments_at_the_call(kwargs, kind, says):
     err = _raised(lambda: _ensure(**kwargs))
     assert isinstance(err, kind) and f"ensure_target_topics(): {says}" in str(err), err
+
+
+@pytest.mark.parametrize("flag", ["until_caught_up", "create_topics"])
+def test_a_flag_that_is_not_a_bool_is_refused(flag):
+    """``until_caught_up="no"`` was taken as true."""
+    err = _raised(lambda: mirror(NOWHERE, ELSEWHERE, ["t"], topic_mapper=prefix_mapper("x"),
+                                 **{flag: "no"}))
+    assert isinstance(err, TypeError), err
+    assert f"mirror(): {flag} must be True or False, not str 'no'" in str(err)
