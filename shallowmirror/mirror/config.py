@@ -36,6 +36,7 @@ from shallowmirror.mirror.filters import (
     TOPICS_EXCLUDE_DEFAULT,
     ConfigPropertyFilter,
     TopicFilter,
+    java_only,
     pattern_problem,
 )
 from shallowmirror.mirror.policy import (
@@ -829,10 +830,14 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         problems.append(f"--include is required (a regex of topics to mirror, e.g. "
                         f"'.*'){given}")
     else:
-        try:
-            re.compile(mm1_include_regex(pattern))
-        except re.error as err:
-            problems.append(f"--include: bad regex {pattern!r}: {err}")
+        java = java_only(pattern)
+        if java:
+            problems.append(f"--include: bad regex '{pattern}': {java}")
+        else:
+            try:
+                re.compile(mm1_include_regex(pattern))
+            except re.error as err:
+                problems.append(f"--include: bad regex '{pattern}': {err}")
     if num_streams < 1:
         problems.append(f"--num.streams must be at least 1, got {num_streams}")
     for path, props, role in ((consumer_config_path, consumer_props, "consumer"),

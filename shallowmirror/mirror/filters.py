@@ -32,6 +32,20 @@ CONFIG_PROPERTIES_EXCLUDE_DEFAULT = [
 FORCED_TOPIC_CONFIGS = {"compression.type": "producer"}
 
 
+_JAVA_CLASS = re.compile(r"\\[pP]\{(\w+)\}")
+
+
+def java_only(regex: str) -> str | None:
+    """What in ``regex`` Java's regexes take and Python's do not (a ``\\p{Alnum}`` class), said
+    by name with what to write instead; None when there is none."""
+    found = _JAVA_CLASS.search(regex)
+    if found is None:
+        return None
+    return (f"{found.group(0)} is a Java character class, which Python's regexes lack; write "
+            "the class out instead (\\p{Alnum} is [A-Za-z0-9], \\p{Alpha} [A-Za-z], "
+            "\\p{Digit} [0-9])")
+
+
 def compile_pattern_list(patterns: Iterable[str]) -> re.Pattern[str] | None:
     """MirrorUtils.compilePatternList: ``a, b.*`` -> one regex; None for an empty list.
 
@@ -40,10 +54,13 @@ def compile_pattern_list(patterns: Iterable[str]) -> re.Pattern[str] | None:
     if not items:
         return None
     for item in items:
+        java = java_only(item)
+        if java:
+            raise re.error(f"bad regex '{item}': {java}")
         try:
             re.compile(item)
         except re.error as err:
-            raise re.error(f"bad regex {item!r}: {err}") from err
+            raise re.error(f"bad regex '{item}': {err}") from err
     return re.compile("|".join(f"(?:{item})" for item in items))
 
 

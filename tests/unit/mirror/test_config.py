@@ -363,3 +363,17 @@ def test_mm1_empty_group_id_is_the_default_group_with_a_warning(caplog):
     assert "c.properties has no group.id (it is empty); using shallowmirror-source-target" \
         in caplog.text
     assert "group.id" not in flow.source_consumer
+
+
+def test_a_java_character_class_is_refused_by_name():
+    """``\\p{Alnum}`` is Java's; Python's error was "bad escape \\p at position 0", shown with
+    its backslash doubled."""
+    with pytest.raises(ConfigError) as info:
+        resolve_mm1({"bootstrap.servers": "a:1", "group.id": "g"},
+                    {"bootstrap.servers": "b:1"}, include=r"\p{Alnum}+")
+    assert info.value.problems[0].startswith(
+        r"--include: bad regex '\p{Alnum}+': \p{Alnum} is a Java character class, which "
+        r"Python's regexes lack; write the class out instead (\p{Alnum} is [A-Za-z0-9]")
+    with pytest.raises(ConfigError) as info:
+        resolve_mm2({**BASE, "topics": r"orders\P{Digit}"})
+    assert r"bad regex 'orders\P{Digit}': \P{Digit} is a Java character class" in str(info.value)
