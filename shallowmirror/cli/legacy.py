@@ -33,20 +33,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
              "p.properties --include '.*' --check",
              "validate both files and print the resulting flow"),
         ]))
-    p.add_argument("--consumer.config", dest="consumer_config", required=True, metavar="FILE",
+    p.add_argument("--consumer.config", "--consumer-config", dest="consumer_config", required=True, metavar="FILE",
                    help="source consumer properties (bootstrap.servers, group.id, ...)")
-    p.add_argument("--producer.config", dest="producer_config", required=True, metavar="FILE",
+    p.add_argument("--producer.config", "--producer-config", dest="producer_config", required=True, metavar="FILE",
                    help="target producer properties (bootstrap.servers, ...)")
     p.add_argument("--include", metavar="REGEX",
                    help="topics to mirror (a regex, matched whole; commas mean '|'; Java-only "
                         "classes such as \\p{Alnum} are refused by name)")
     p.add_argument("--whitelist", metavar="REGEX", help="old name of --include")
-    p.add_argument("--num.streams", dest="num_streams", type=int, default=1, metavar="N",
+    p.add_argument("--num.streams", "--num-streams", dest="num_streams", type=int, default=1, metavar="N",
                    help="engines sharing the partitions in this process (default 1)")
-    p.add_argument("--offset.commit.interval.ms", dest="offset_commit_interval_ms", type=int,
+    p.add_argument("--offset.commit.interval.ms", "--offset-commit-interval-ms", dest="offset_commit_interval_ms", type=int,
                    metavar="MS", help="how often offsets are committed (default 5000 here; "
                                       "MirrorMaker 1's was 60000)")
-    p.add_argument("--abort.on.send.failure", dest="abort_on_send_failure", type=_bool,
+    p.add_argument("--abort.on.send.failure", "--abort-on-send-failure", dest="abort_on_send_failure", type=_bool,
                    default=True, metavar="true|false",
                    help="stop the mirror when sending fails (default true, as MirrorMaker 1)")
     p.add_argument("--allow-unknown-keys", action="store_true",

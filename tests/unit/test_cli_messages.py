@@ -352,3 +352,16 @@ def test_info_says_what_each_optional_part_needs_and_where_it_was_found(tmp_path
     assert keys == ["codec", "engine loops", "send path", "tansu", "kafka", "java"], result.stdout
     assert f"kafka: not found: {tmp_path}" in result.stdout
     assert "java: " in result.stdout and "Traceback" not in result.stderr
+
+
+def test_legacy_takes_its_dotted_flags_spelt_with_dashes_too(tmp_path):
+    """``--consumer-config`` (a common slip for MirrorMaker 1's ``--consumer.config``) was met
+    with "required: --consumer.config", the flag given never mentioned."""
+    consumer = tmp_path / "c.properties"
+    consumer.write_text("bootstrap.servers = 127.0.0.1:19092\ngroup.id = g\n")
+    producer = tmp_path / "p.properties"
+    producer.write_text("bootstrap.servers = 127.0.0.1:19093\n")
+    result = run_cli("legacy", "--consumer-config", str(consumer), "--producer-config",
+                     str(producer), "--include", "orders", "--num-streams", "1", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "configuration OK" in result.stdout
