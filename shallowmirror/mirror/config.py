@@ -888,7 +888,34 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
     props["target.bootstrap.servers"] = str(producer_props["bootstrap.servers"])
     if offset_commit_interval_ms is not None:
         props["offset.commit.interval.ms"] = str(offset_commit_interval_ms)
-    return resolve_mm2(props, deep=deep, allow_unknown_keys=allow_unknown_keys)
+    try:
+        return resolve_mm2(props, deep=deep, allow_unknown_keys=allow_unknown_keys)
+    except ConfigError as err:
+        # Said in the terms of the MirrorMaker 2 file made here (`x (source->target): ...`):
+        # name the file or the flag the value came from instead.
+        origins = {"consumer": consumer_config_path, "producer": producer_config_path}
+        raise ConfigError([_mm1_problem(p, consumer_props, producer_props, origins,
+                                        offset_commit_interval_ms is not None)
+                           for p in err.problems]) from None
+
+
+def _mm1_problem(problem: str, consumer_props: Mapping[str, str],
+                 producer_props: Mapping[str, str], origins: Mapping[str, str],
+                 interval_flag: bool) -> str:
+    """``problem`` of the MM2 configuration ``resolve_mm1`` made, said of where its value came
+    from: ``--consumer.config c.properties: auto.offset.reset: must be ...``."""
+    key, sep, rest = problem.partition(" (")
+    context, sep2, message = rest.partition("): ")
+    if not (sep and sep2) or " " in key:
+        return problem
+    if key == "offset.commit.interval.ms" and interval_flag:
+        return f"--offset.commit.interval.ms: {message}"
+    in_consumer, in_producer = key in consumer_props, key in producer_props
+    if context == "cluster source" or (in_consumer and not in_producer):
+        return f"{origins['consumer']}: {key}: {message}" if in_consumer else problem
+    if context == "cluster target" or (in_producer and not in_consumer):
+        return f"{origins['producer']}: {key}: {message}" if in_producer else problem
+    return problem
 
 
 def config_reference_markdown() -> str:

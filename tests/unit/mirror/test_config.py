@@ -185,7 +185,7 @@ def test_mm1_topic_refresh_follows_the_consumers_metadata_age(age, refresh):
     if age is not None:
         consumer["metadata.max.age.ms"] = age
     if age == "50":        # a valid consumer value the engine's metadata refresh refuses
-        with pytest.raises(ConfigError, match="metadata.max.age.ms .*must be at least 100"):
+        with pytest.raises(ConfigError, match="--consumer.config: metadata.max.age.ms: must be at least 100"):
             resolve_mm1(consumer, {"bootstrap.servers": "b:1"}, include="a")
         return
     (flow,) = resolve_mm1(consumer, {"bootstrap.servers": "b:1"}, include="a").flows
@@ -377,3 +377,22 @@ def test_a_java_character_class_is_refused_by_name():
     with pytest.raises(ConfigError) as info:
         resolve_mm2({**BASE, "topics": r"orders\P{Digit}"})
     assert r"bad regex 'orders\P{Digit}': \P{Digit} is a Java character class" in str(info.value)
+
+
+@pytest.mark.parametrize(("consumer", "producer", "flags", "says"), [
+    ({"auto.offset.reset": "sometimes"}, {}, {},
+     "c.properties: auto.offset.reset: must be one of earliest, latest, got 'sometimes'"),
+    ({"security.protocol": "TLS"}, {}, {}, "c.properties: security.protocol: must be one of "),
+    ({}, {"acks": "2"}, {}, "p.properties: acks: must be one of all, -1, 1, got '2'"),
+    ({}, {}, {"offset_commit_interval_ms": -1},
+     "--offset.commit.interval.ms: must be at least 10, got -1"),
+])
+def test_mm1_bad_values_name_the_file_or_flag_they_came_from(consumer, producer, flags, says):
+    """They were said of the MirrorMaker 2 flow made from the files: `auto.offset.reset
+    (source->target): ...`, `security.protocol (cluster source): ...`."""
+    with pytest.raises(ConfigError) as info:
+        resolve_mm1({"bootstrap.servers": "a:1", "group.id": "g", **consumer},
+                    {"bootstrap.servers": "b:1", **producer}, include="orders",
+                    consumer_config_path="c.properties", producer_config_path="p.properties",
+                    **flags)
+    assert info.value.problems[0].startswith(says), info.value.problems
