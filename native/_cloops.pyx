@@ -65,6 +65,7 @@ include "_fields.pxi"
 
 cdef view_fields_fn _view_fields = NULL
 cdef answer_fields_fn _answer_fields = NULL
+cdef answer_parts_fn _answer_parts = NULL
 try:            # built together with this module; without them the fields are read by name
     from shallowmirror.codec import _cmessages as _native_messages
     from shallowmirror.codec import _crecords as _native_records
@@ -72,6 +73,8 @@ try:            # built together with this module; without them the fields are r
                                                         VIEW_FIELDS_CAPSULE)
     _answer_fields = <answer_fields_fn>PyCapsule_GetPointer(_native_messages.ANSWER_FIELDS,
                                                             ANSWER_FIELDS_CAPSULE)
+    _answer_parts = <answer_parts_fn>PyCapsule_GetPointer(_native_messages.ANSWER_PARTS,
+                                                          ANSWER_PARTS_CAPSULE)
 except ImportError:
     pass
 
@@ -368,17 +371,21 @@ cdef int _generic_answer_fields(object part, AnswerFields *out) except -1:
 cdef enum:
     _SCAN_PARTS = 64
 
-cdef struct _Part:
-    PyObject *topic                 # borrowed: the answer holds it
-    PyObject *part
-    AnswerFields fields
+# A partition of the answer: its topic (borrowed: the answer holds it) and fields.
+ctypedef AnswerPart _Part
 
 
 cdef Py_ssize_t _flatten_answer(object response, _Part *out) except -2:
     """The answer's partitions into ``out`` (their fields read once), in answer order; -1 when
-    there are more than ``_SCAN_PARTS``."""
+    there are more than ``_SCAN_PARTS``. The codec's ``ProduceAnswer`` gives them from its C
+    arrays; another answer is walked through its objects."""
     cdef Py_ssize_t n = 0
     cdef AnswerFields af
+    if _answer_parts != NULL:
+        n = _answer_parts(response, out, _SCAN_PARTS)
+        if n != -1:
+            return -1 if n == -2 else n
+        n = 0
     for item in response.topics:
         topic, parts = <tuple>item
         for part in parts:
@@ -386,8 +393,7 @@ cdef Py_ssize_t _flatten_answer(object response, _Part *out) except -2:
                 return -1
             if _answer_fields == NULL or not _answer_fields(part, &af):
                 _generic_answer_fields(part, &af)
-            out[n].topic = <PyObject *>topic
-            out[n].part = <PyObject *>part
+            out[n].topic = <void *>topic
             out[n].fields = af
             n += 1
     return n
@@ -400,7 +406,7 @@ cdef Py_ssize_t _find_part(_Part *parts, Py_ssize_t n, object topic, int32_t par
     cdef Py_ssize_t i
     for i in range(n - 1, -1, -1):
         if parts[i].fields.partition == partition and (
-                parts[i].topic == <PyObject *>topic or <object>parts[i].topic == topic):
+                parts[i].topic == <void *>topic or <object>parts[i].topic == topic):
             return i
     return -1
 

@@ -45,14 +45,14 @@ from cpython.bytes cimport (
     PyBytes_FromStringAndSize,
     PyBytes_GET_SIZE,
 )
-from cpython.list cimport PyList_CheckExact
+from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM
 from cpython.long cimport (
     PyLong_AsLongLong,
     PyLong_AsLongLongAndOverflow,
     PyLong_CheckExact,
     PyLong_FromLongLong,
 )
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -534,27 +534,110 @@ def receive_buffer(Py_ssize_t size):
 
 def decode_produce_response(frame, version):
     """Decode a Produce response frame (after the size prefix), v3..v9."""
+    return (<ProduceAnswer>decode_produce_answer(frame, version)).response()
+
+
+def decode_produce_answer(frame, version):
+    """A Produce response frame (v3..v9) read into C arrays (``ProduceAnswer``): checked as
+    ``decode_produce_response`` checks it, same errors; its partitions become objects only
+    when ``topics`` is read."""
     _check_version("produce response", version, PRODUCE_VERSIONS)
     cdef int v = version
     view = _as_view(frame)
     cdef Py_buffer pybuf
     PyObject_GetBuffer(view, &pybuf, PyBUF_SIMPLE)
     try:
-        return _decode_produce(_reader(view, &pybuf, f"produce response v{v}",
-                                       v >= PRODUCE_FIRST_FLEXIBLE), v)
+        return _read_produce(_reader(view, &pybuf, f"produce response v{v}",
+                                     v >= PRODUCE_FIRST_FLEXIBLE), v)
     finally:
         PyBuffer_Release(&pybuf)
 
 
-cdef ProduceResponse _decode_produce(_Reader r, int version):
-    cdef ProduceResponse resp = ProduceResponse.__new__(ProduceResponse)
-    cdef ProducePartitionResponse part
+cdef struct _AnswerRow:
+    Py_ssize_t topic                  # index into the answer's topic names
+    int32_t partition
+    int16_t error_code
+    int64_t base_offset
+    int64_t log_append_time_ms
+    int64_t log_start_offset
+
+
+# Not tracked by the cyclic collector: it holds topic names and error texts only.
+@cython.no_gc
+@cython.final
+@cython.auto_pickle(False)
+cdef class ProduceAnswer:
+    """A Produce response read into C arrays. The engine's settle loop reads each partition's
+    fields from them (``ANSWER_PARTS``), without an object per partition and its fields' ints;
+    ``topics`` (and ``response()``) make the objects ``decode_produce_response`` returns, once,
+    for what the loop leaves to Python (errors, a large answer)."""
+
+    cdef readonly int32_t correlation_id
+    cdef readonly int32_t throttle_time_ms
+    cdef list _names
+    cdef _AnswerRow *_rows
+    cdef Py_ssize_t _count
+    cdef Py_ssize_t _room
+    cdef dict _extras                 # row -> (record_errors, error_message), when either is set
+    cdef ProduceResponse _response
+
+    def __dealloc__(self):
+        PyMem_Free(self._rows)
+
+    cdef _AnswerRow *_next_row(self) except NULL:
+        cdef Py_ssize_t room
+        cdef _AnswerRow *grown
+        if self._count == self._room:
+            room = 8 if self._room == 0 else 2 * self._room
+            grown = <_AnswerRow *>PyMem_Realloc(self._rows, room * sizeof(_AnswerRow))
+            if grown == NULL:
+                raise MemoryError()
+            self._rows = grown
+            self._room = room
+        self._count += 1
+        return &self._rows[self._count - 1]
+
+    cpdef ProduceResponse response(self):
+        """The answer as ``decode_produce_response`` returns it (made once)."""
+        cdef Py_ssize_t i
+        cdef _AnswerRow *row
+        cdef list partitions = [[] for _ in self._names]
+        cdef object extra
+        if self._response is not None:
+            return self._response
+        for i in range(self._count):
+            row = &self._rows[i]
+            extra = None if self._extras is None else self._extras.get(i)
+            part = ProducePartitionResponse.__new__(ProducePartitionResponse)
+            part.partition = row.partition
+            part.error_code = row.error_code
+            part.base_offset = row.base_offset
+            part.log_append_time_ms = row.log_append_time_ms
+            part.log_start_offset = row.log_start_offset
+            part.record_errors = [] if extra is None else (<tuple>extra)[0]
+            part.error_message = None if extra is None else (<tuple>extra)[1]
+            (<list>partitions[row.topic]).append(part)
+        self._response = ProduceResponse(self.correlation_id, self.throttle_time_ms,
+                                         list(zip(self._names, partitions)))
+        return self._response
+
+    @property
+    def topics(self):
+        return self.response().topics
+
+    def __repr__(self):
+        return (f"ProduceAnswer(correlation_id={self.correlation_id}, {self._count} "
+                f"partitions)")
+
+
+cdef ProduceAnswer _read_produce(_Reader r, int version):
+    cdef ProduceAnswer answer = ProduceAnswer.__new__(ProduceAnswer)
+    cdef _AnswerRow *row
     cdef int64_t n_topics, n_parts, n_errors, t, p, e
     cdef int32_t batch_index
-    cdef list topics = []
-    cdef list partitions, record_errors
-
-    resp.correlation_id = r.i32("correlation_id")
+    cdef list record_errors
+    answer._names = []
+    answer.correlation_id = r.i32("correlation_id")
     r.tagged_fields("header tagged fields")
     n_topics = r.count("responses", False)
     for t in range(n_topics):
@@ -562,39 +645,63 @@ cdef ProduceResponse _decode_produce(_Reader r, int version):
         r.partition = None
         name = r.string("name", False)
         r.topic = name
-        partitions = []
+        answer._names.append(name)
         n_parts = r.count("partition_responses", False)
         for p in range(n_parts):
             r.partition = None
-            part = ProducePartitionResponse.__new__(ProducePartitionResponse)
-            part.partition = r.i32("index")
-            r.partition = part.partition
-            part.error_code = r.i16("error_code")
-            part.base_offset = r.i64("base_offset")
-            part.log_append_time_ms = r.i64("log_append_time_ms")
-            part.log_start_offset = r.i64("log_start_offset") if version >= 5 else -1
-            record_errors = []
-            part.error_message = None
+            row = answer._next_row()
+            row.topic = t
+            row.partition = r.i32("index")
+            r.partition = row.partition
+            row.error_code = r.i16("error_code")
+            row.base_offset = r.i64("base_offset")
+            row.log_append_time_ms = r.i64("log_append_time_ms")
+            row.log_start_offset = r.i64("log_start_offset") if version >= 5 else -1
             if version >= 8:
+                record_errors = None
                 n_errors = r.count("record_errors", False)
                 for e in range(n_errors):
                     batch_index = r.i32("batch_index")
                     message = r.string("batch_index_error_message", True)
                     r.tagged_fields("record_error tagged fields")
+                    if record_errors is None:
+                        record_errors = []
                     record_errors.append((batch_index, message))
-                part.error_message = r.string("error_message", True)
-            part.record_errors = record_errors
+                error_message = r.string("error_message", True)
+                if record_errors is not None or error_message is not None:
+                    if answer._extras is None:
+                        answer._extras = {}
+                    answer._extras[answer._count - 1] = (
+                        [] if record_errors is None else record_errors, error_message)
             r.tagged_fields("partition tagged fields")
-            partitions.append(part)
         r.partition = None
         r.tagged_fields("topic tagged fields")
-        topics.append((name, partitions))
     r.topic = None
-    resp.throttle_time_ms = r.i32("throttle_time_ms")
+    answer.throttle_time_ms = r.i32("throttle_time_ms")
     r.tagged_fields("response tagged fields")
     r.finish()
-    resp.topics = topics
-    return resp
+    return answer
+
+
+cdef Py_ssize_t _answer_parts(object answer, AnswerPart *out, Py_ssize_t room) noexcept:
+    if type(answer) is not ProduceAnswer:
+        return -1
+    cdef ProduceAnswer a = <ProduceAnswer>answer
+    cdef Py_ssize_t i
+    cdef _AnswerRow *row
+    if a._count > room:
+        return -2
+    for i in range(a._count):
+        row = &a._rows[i]
+        out[i].topic = <void *>PyList_GET_ITEM(a._names, row.topic)
+        out[i].fields.partition = row.partition
+        out[i].fields.error_code = row.error_code
+        out[i].fields.base_offset = row.base_offset
+    return a._count
+
+
+#: ``_answer_parts`` for the engine's native loops (``shallowmirror.engine._cloops``).
+ANSWER_PARTS = PyCapsule_New(<void *>_answer_parts, ANSWER_PARTS_CAPSULE, NULL)
 
 
 # --------------------------------------------------------------------------------------------

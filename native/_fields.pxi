@@ -58,3 +58,15 @@ ctypedef Py_ssize_t (*request_pieces_fn)(object request, Py_ssize_t first, Piece
                                          Py_ssize_t room) noexcept
 
 cdef const char *REQUEST_PIECES_CAPSULE = "shallowmirror.codec._cmessages.request_pieces"
+
+# One partition of a Produce answer read into C (the native codec's ProduceAnswer): its topic
+# name (borrowed: the answer holds it) and the fields the loops read.
+cdef struct AnswerPart:
+    void *topic
+    AnswerFields fields
+
+# Copies ``answer``'s partitions, in answer order, into ``out`` and returns how many; -1 when
+# ``answer`` is not the native codec's ProduceAnswer, -2 when it has more than ``room``.
+ctypedef Py_ssize_t (*answer_parts_fn)(object answer, AnswerPart *out, Py_ssize_t room) noexcept
+
+cdef const char *ANSWER_PARTS_CAPSULE = "shallowmirror.codec._cmessages.answer_parts"

@@ -31,6 +31,7 @@ decode_fetch_response = _messages.decode_fetch_response
 encode_produce_request = _messages.encode_produce_request
 encode_produce_batches = _messages.encode_produce_batches
 decode_produce_response = _messages.decode_produce_response
+decode_produce_answer = _messages.decode_produce_answer
 produce_response_min_bytes = _messages.produce_response_min_bytes
 receive_buffer = _messages.receive_buffer
 
@@ -44,6 +45,7 @@ __all__ = [
     "encode_produce_request",
     "encode_produce_batches",
     "decode_produce_response",
+    "decode_produce_answer",
     "produce_response_min_bytes",
     "receive_buffer",
 ]

@@ -202,6 +202,13 @@ class Codec(Protocol):
     def decode_produce_response(self, frame: BufferLike, version: int) -> ProduceResponse:
         """Decode a Produce response frame (after the size prefix) for versions 3..9."""
 
+    def decode_produce_answer(self, frame: BufferLike, version: int) -> Any:
+        """``decode_produce_response``'s checks and errors, its result read as the engine's
+        settle loop reads it: the native build keeps the partitions' fields in C arrays and
+        makes the ``ProduceResponse`` objects only when ``topics`` (or ``response()``) is read;
+        the twin returns the ``ProduceResponse``. ``topics`` and ``correlation_id`` are the
+        response's either way."""
+
     def produce_response_min_bytes(self, version: int,
                                    topics: Sequence[tuple[str, Sized]]) -> int:
         """The fewest bytes (size prefix included) a Produce response (v3..v9) to the request

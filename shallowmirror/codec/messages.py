@@ -436,6 +436,12 @@ def decode_produce_response(frame, version: int) -> ProduceResponse:
     return ProduceResponse(correlation_id, throttle_time_ms, topics)
 
 
+def decode_produce_answer(frame, version: int) -> ProduceResponse:
+    """``decode_produce_response`` (contract.Codec.decode_produce_answer: the native build reads
+    the partitions into C arrays; here the decoded objects are the answer)."""
+    return decode_produce_response(frame, version)
+
+
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------

@@ -395,7 +395,8 @@ class Sink:
         try:
             if error is not None:
                 raise error
-            response = codec.decode_produce_response(frame, version)
+            # Its partitions stay C rows for the settle loop (native build).
+            response = codec.decode_produce_answer(frame, version)
         except ConnectionFailedError as err:
             log.warning("%s; %d batches to target broker %d will be resent", err, len(picks),
                         self.node_id)

@@ -320,6 +320,28 @@ def test_produce_response_matches_kafka_python(impl, version, seed):
             expected_produce_partition(version, p) for p in parts]
 
 
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+@pytest.mark.parametrize("seed", range(6))
+def test_produce_answer_is_the_response_and_fails_as_it_does(impl, version, seed):
+    """``decode_produce_answer``: the native build's C rows (a ``ProduceAnswer``), whose
+    ``topics`` are the decoded response's, record errors and messages included; the same
+    errors for the same bad bytes."""
+    rng = random.Random(seed * 11 + version)
+    topics = random_produce_response_topics(rng)
+    frame = produce_response_frame(version, topics, correlation_id=seed, throttle_time_ms=4)
+    answer = impl.decode_produce_answer(frame, version)
+    response = impl.decode_produce_response(frame, version)
+    assert answer.correlation_id == response.correlation_id == seed
+    assert answer.topics == response.topics
+    assert answer.topics is answer.topics                 # made once
+    for cut in (1, len(frame) // 2, len(frame) - 1):
+        with pytest.raises(CorruptDataError) as from_answer:
+            impl.decode_produce_answer(frame[:cut], version)
+        with pytest.raises(CorruptDataError) as from_response:
+            impl.decode_produce_response(frame[:cut], version)
+        assert str(from_answer.value) == str(from_response.value)
+
+
 @pytest.mark.parametrize("version", [3, 5, 8, 9])
 def test_produce_response_every_truncation_is_corrupt_data(impl, version):
     frame = produce_response_frame(version, [("t", [

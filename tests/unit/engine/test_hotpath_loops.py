@@ -301,6 +301,44 @@ def test_settle_picks_agree_on_an_answer_too_large_to_scan(seed: int, answers: s
     assert results["native"] == run(native, others=0)
 
 
+def _on_the_wire(answer: SimpleNamespace, version: int = 8) -> memoryview:
+    """``answer`` as a broker sends it (kafka-python's encoding), size prefix left out."""
+    from kafka.protocol.producer import ProduceResponse as KProduceResponse
+
+    Topic = KProduceResponse.TopicProduceResponse
+    msg = KProduceResponse(version=version, throttle_time_ms=0, responses=[
+        Topic(name=topic, partition_responses=[Topic.PartitionProduceResponse(
+            index=part.partition, error_code=part.error_code, base_offset=part.base_offset,
+            log_append_time_ms=-1, log_start_offset=0, record_errors=[], error_message=None)
+            for part in parts]) for topic, parts in answer.topics])
+    msg.with_header(correlation_id=7)
+    return memoryview(bytes(msg.encode(header=True, framed=True))[4:])
+
+
+@pytest.mark.parametrize("others", [0, 70])
+@pytest.mark.parametrize("seed", range(20))
+def test_settle_picks_agree_on_the_codecs_compact_answer(seed: int, others: int) -> None:
+    """The native codec's ``ProduceAnswer`` (its partitions as C rows, read through the
+    capsule) settles as the twin's decoded objects do, small answer or one too large to scan
+    (which goes through its ``topics``)."""
+    from shallowmirror.codec import messages as messages_twin
+
+    native_messages = pytest.importorskip("shallowmirror.codec._cmessages")
+
+    def run(impl, decode) -> tuple:
+        world = World(seed, _namespace_part)
+        if others:
+            world.answer.topics.insert(0, ("elsewhere", [_namespace_part(p, 0, 5)
+                                                         for p in range(others)]))
+        world.answer = decode(_on_the_wire(world.answer), 8)
+        return _settled(impl, world)
+
+    compact = run(native, native_messages.decode_produce_answer)
+    assert type(native_messages.decode_produce_answer(
+        _on_the_wire(SimpleNamespace(topics=[])), 8)).__name__ == "ProduceAnswer"
+    assert compact == run(loops, messages_twin.decode_produce_response)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_ack_batches_agree(seed: int) -> None:
     def run(impl) -> tuple:
