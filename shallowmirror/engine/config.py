@@ -165,9 +165,6 @@ ENGINE_SETTINGS = SettingsTable(
                 "brokers reject (Kafka 3.0-3.5 always, 3.6+ on LogAppendTime target topics: "
                 "INVALID_TIMESTAMP) - only for brokers that accept it.",
                 choices=("clear", "keep")),
-        Setting("multiple.batches.per.partition", "bool", False,
-                "KIP-712: several batches of one partition in one Produce request. Stock "
-                "brokers reject this; only for brokers that accept it."),
         Setting("fetch.session.enable", "bool", True,
                 "Incremental Fetch sessions (KIP-227): after the first request a source broker "
                 "is sent only the partitions whose position changed, so an idle partition "

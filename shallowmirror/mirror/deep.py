@@ -57,7 +57,7 @@ PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 0.5
 #: Engine keys that mean something else (or nothing) to librdkafka.
 _NOT_FOR_LIBRDKAFKA = ("partition.assignment", "legacy.format", "log.append.time",
-                       "multiple.batches.per.partition", "crc.check", "metrics.file",
+                       "crc.check", "metrics.file",
                        "metrics.interval.ms", "producer.id", "buffer.memory",
                        "offset.commit.interval.ms", "retry.backoff.max.ms", "max.request.size")
 
