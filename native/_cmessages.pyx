@@ -850,6 +850,25 @@ cdef Py_ssize_t _nbytes(object piece) except -1:
     return n
 
 
+cdef int _produce_head(_Writer w, object version, object correlation_id, object client_id,
+                       object transactional_id, object acks, object timeout_ms,
+                       Py_ssize_t topics, bint flexible) except -1:
+    """A Produce request's header and fields up to its topics array's length (arguments
+    checked by the caller)."""
+    w.i16(PRODUCE_API_KEY)
+    w.i16(<int16_t>version)
+    w.i32(<int32_t>correlation_id)
+    # The request header keeps an int16-length client_id even in flexible versions (header v2).
+    w.string(client_id, "client_id", False, True)
+    if flexible:
+        w.byte(0)
+    w.string(transactional_id, "transactional_id", flexible, True)
+    w.i16(<int16_t>acks)
+    w.i32(<int32_t>timeout_ms)
+    w.array(topics, flexible)
+    return 0
+
+
 def encode_produce_request(*, version, correlation_id, client_id, transactional_id, acks,
                            timeout_ms, topics, allow_multiple_batches=False):
     """A framed Produce request (v3..v9) as a list of buffers for ``socket.sendmsg``.
@@ -872,17 +891,8 @@ def encode_produce_request(*, version, correlation_id, client_id, transactional_
     cdef int64_t size
     cdef Py_ssize_t n_batches
     cdef bytes chunk
-    w.i16(PRODUCE_API_KEY)
-    w.i16(<int16_t>version)
-    w.i32(<int32_t>correlation_id)
-    # The request header keeps an int16-length client_id even in flexible versions (header v2).
-    w.string(client_id, "client_id", False, True)
-    if flexible:
-        w.byte(0)
-    w.string(transactional_id, "transactional_id", flexible, True)
-    w.i16(<int16_t>acks)
-    w.i32(<int32_t>timeout_ms)
-    w.array(len(topics), flexible)
+    _produce_head(w, version, correlation_id, client_id, transactional_id, acks, timeout_ms,
+                  len(topics), flexible)
     for topic, partitions in topics:
         w.string(topic, "topic", flexible, False)
         w.array(len(partitions), flexible)
@@ -1151,17 +1161,8 @@ def encode_produce_batches(picks, *, version, correlation_id, client_id, transac
                 (<list>found).append(i)
         w = _Writer()
         w.i32(0)                     # the size prefix, once the total is known
-        w.i16(PRODUCE_API_KEY)
-        w.i16(<int16_t>version)
-        w.i32(<int32_t>correlation_id)
-        # The request header keeps an int16-length client_id even in flexible versions.
-        w.string(client_id, "client_id", False, True)
-        if flexible:
-            w.byte(0)
-        w.string(transactional_id, "transactional_id", flexible, True)
-        w.i16(<int16_t>acks)
-        w.i32(<int32_t>timeout_ms)
-        w.array(len(by_topic), flexible)
+        _produce_head(w, version, correlation_id, client_id, transactional_id, acks,
+                      timeout_ms, len(by_topic), flexible)
         j = 0
         for topic, found in by_topic.items():
             indexes = <list>found

@@ -37,6 +37,16 @@ def _other_tasks() -> list[str]:
                   if t is not asyncio.current_task() and not t.done())
 
 
+def _loaded(source_cluster, target_cluster, topic: str, records: int) -> tuple[str, dict, int]:
+    """``topic`` loaded in small batches on one partition, its empty copy made on the target:
+    (the copy's name, the source's records, the offset after the last)."""
+    copy = f"{topic}-copy"
+    load_topic(source_cluster, topic, records, partitions=1, batch_bytes=4_000, linger_ms=5)
+    create_target(target_cluster, copy, 1)
+    source = read_topic(source_cluster.client_config(), topic)
+    return copy, source, source[0][-1].offset + 1
+
+
 def test_cancelled_async_start_stops_everything_it_started(target_cluster):
     async def scenario() -> list[str]:
         fwd = BatchForwarder(_nowhere(), target_cluster.client_config(), topics=["orders"],
@@ -135,11 +145,7 @@ def test_interrupted_sync_start_leaves_no_thread_running(target_cluster):
 def test_forwarding_misuse_raises_at_the_call_and_the_engine_goes_on(
         source_cluster, target_cluster, unique_topic):
     topic = unique_topic("misuse")
-    copy = f"{topic}-copy"
-    load_topic(source_cluster, topic, 600, partitions=1, batch_bytes=4_000, linger_ms=5)
-    create_target(target_cluster, copy, 1)
-    source = read_topic(source_cluster.client_config(), topic)
-    end = source[0][-1].offset + 1
+    copy, source, end = _loaded(source_cluster, target_cluster, topic, 600)
     futures: list[concurrent.futures.Future] = []
     dropped: list[tuple[int, int]] = []
 
@@ -224,11 +230,7 @@ def test_a_callback_that_raises_is_logged_and_the_async_forwarder_goes_on(
     (the error then named a produce request); it is logged, as ``on_ack`` of the sync
     forwarder is, and every batch is still acknowledged and copied."""
     topic = unique_topic("cbraise")
-    copy = f"{topic}-copy"
-    load_topic(source_cluster, topic, 400, partitions=1, batch_bytes=4_000, linger_ms=5)
-    create_target(target_cluster, copy, 1)
-    source = read_topic(source_cluster.client_config(), topic)
-    end = source[0][-1].offset + 1
+    copy, source, end = _loaded(source_cluster, target_cluster, topic, 400)
     called: list[int] = []
 
     def bad(batch: FetchedBatch, target_base: int | None, error: BaseException | None) -> None:
