@@ -102,8 +102,11 @@ class EngineCore:
         self.source_config = dict(source_config)
         self.target_config = dict(target_config)
         self.source_alias, self.target_alias = source_alias, target_alias
-        for config, alias in ((self.source_config, source_alias),
-                              (self.target_config, target_alias)):
+        # A program's configs; a mirror flow's (given with its name) were checked against
+        # MirrorMaker 2's key rules when its file was read, and carry its engine keys too.
+        for config, alias in (() if flow is not None else
+                              ((self.source_config, source_alias),
+                               (self.target_config, target_alias))):
             for key, hint in unknown_client_keys(config):
                 log.warning("cluster %s: unknown client key %r, ignored (not a Kafka client "
                             "setting)%s", alias, key, f"; did you mean {hint!r}?" if hint else "")

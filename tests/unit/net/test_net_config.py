@@ -97,3 +97,13 @@ def test_an_engine_warns_of_each_unknown_client_key_naming_its_cluster(caplog):
     assert ("cluster source: unknown client key 'security.protocl', ignored (not a Kafka client "
             "setting); did you mean 'security.protocol'?") in caplog.text
     assert "cluster target: unknown client key 'bootstrap.server'" in caplog.text
+
+
+def test_a_mirror_flows_configs_are_not_warned_about(caplog):
+    """A flow's client configs carry its engine keys (legacy's ``partition.assignment = all``
+    in --consumer.config) and were checked when its file was read: no warning for them."""
+    from shallowmirror.engine import MirrorEngine
+
+    MirrorEngine({"bootstrap.servers": "a:1", "partition.assignment": "all"},
+                 {"bootstrap.servers": "b:1"}, topics=["t"], flow="source->target")
+    assert "unknown client key" not in caplog.text
