@@ -133,8 +133,8 @@ def test_produce_loop_error_fails_the_engine(source_cluster, target_cluster, top
 def test_produce_request_error_fails_the_engine_and_leaves_nothing_in_flight(
         source_cluster, target_cluster, topic, monkeypatch):
     engines: list = []
-    monkeypatch.setattr(codec, "decode_produce_response", _once(
-        BrokerError(UNSUPPORTED_VERSION), codec.decode_produce_response, is_async=False))
+    monkeypatch.setattr(codec, "decode_produce_answer", _once(
+        BrokerError(UNSUPPORTED_VERSION), codec.decode_produce_answer, is_async=False))
     text = _fails(source_cluster, target_cluster, topic, engine_out=engines)
     assert "produce request to target broker" in text and "UNSUPPORTED_VERSION" in text
     assert f"topic-partition {topic}-0" in text and "cluster target" in text
@@ -147,9 +147,9 @@ def test_produce_request_error_fails_the_engine_and_leaves_nothing_in_flight(
 def test_produce_request_transient_error_resends_without_duplicates(
         source_cluster, target_cluster, topic, monkeypatch):
     # The request reached the target before the (injected) error: the resend must not duplicate.
-    decode = _once(BrokerError(REQUEST_TIMED_OUT), codec.decode_produce_response,
+    decode = _once(BrokerError(REQUEST_TIMED_OUT), codec.decode_produce_answer,
                    is_async=False)
-    monkeypatch.setattr(codec, "decode_produce_response", decode)
+    monkeypatch.setattr(codec, "decode_produce_answer", decode)
     _mirrors_everything(source_cluster, target_cluster, topic)
     assert len(decode.calls) > 1
 
