@@ -134,9 +134,13 @@ class Summary:
         for name, f in self.flows.items():
             # The shallow path counts batch bytes as stored; the deep path key + value bytes.
             kind = "compressed" if f["mode"] == "shallow" else "uncompressed"
+            lag = lag_text(f["lag"], f["lag_unknown"])
+            if f["errors"]:
+                # What stopped is not in it: "lag 0" beside a topic never mirrored misled.
+                lag += f" on what is mirrored ({len(f['errors'])} stopped, below)"
             lines.append(f"  {name} ({f['mode']}): {counted(f['records'], 'record')}, "
                          f"{f['bytes'] / _MB:.1f} MB {kind}, {counted(f['topics'], 'topic')}, lag "
-                         f"{lag_text(f['lag'], f['lag_unknown'])}")
+                         f"{lag}")
             lines += [f"    error: {e}" for e in f["errors"]]
             lines += [f"    taken over: {e}" for e in f["taken_over"]]
         return "\n".join(lines)

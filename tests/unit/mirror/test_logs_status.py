@@ -68,6 +68,7 @@ def test_summary_text():
     stopped.errors.append("orders-1: stopped: CRC")
     lines = summarize([stopped], wall_s=2.0, cpu_s=0.5, caught_up=True).text().splitlines()
     assert lines[0].endswith("CPU 0.5 s — caught up, except 1 stopped (below)"), lines
+    assert lines[1].endswith(" on what is mirrored (1 stopped, below)"), lines
     assert lines[-1] == "    error: orders-1: stopped: CRC", lines
 
 
