@@ -715,10 +715,11 @@ def filter_batches(batches, *, fetch_offset, aborted_transactions=None,
 def rewrite_for_produce(batch, *, producer_id=-1, producer_epoch=-1, base_sequence=-1,
                         bint transactional=False, bint clear_log_append_time=False):
     """(new 61-byte header, view of the rest) for a Produce request; same rules as the twin."""
-    if type(batch) is not BatchView:
-        raise TypeError(f"batch must be a BatchView from split_batches, got {type(batch).__name__}")
-    return _rewrite(<BatchView>batch, producer_id, producer_epoch, base_sequence, transactional,
-                    clear_log_append_time)
+    cdef int64_t pid
+    cdef int16_t epoch
+    cdef int32_t seq
+    view = _stampable(batch, producer_id, producer_epoch, base_sequence, &pid, &epoch, &seq)
+    return _rewrite_c(view, pid, epoch, seq, transactional, clear_log_append_time)
 
 
 
@@ -803,14 +804,19 @@ cdef int _check_producible(BatchView batch) except -1:
     return 0
 
 
-cdef tuple _rewrite(BatchView batch, object producer_id, object producer_epoch,
-                    object base_sequence, bint transactional, bint clear_log_append_time):
-    _check_producible(batch)                  # the batch first, then the arguments (as the twin)
-    cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, INT64_MAX_C)
-    cdef int16_t epoch = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN,
-                                         C_INT16_MAX)
-    cdef int32_t seq = <int32_t>_c_int("base_sequence", base_sequence, C_INT32_MIN, C_INT32_MAX)
-    return _rewrite_c(batch, pid, epoch, seq, transactional, clear_log_append_time)
+cdef BatchView _stampable(object batch, object producer_id, object producer_epoch,
+                          object base_sequence, int64_t *pid, int16_t *epoch,
+                          int32_t *seq):
+    """``batch`` as a BatchView that may go into a Produce request, and the stamp's fields in
+    C: ``rewrite_for_produce``'s checks, in the twin's order (the batch first, then the
+    arguments), for it and for the encoder's ``_stamp_into``."""
+    if type(batch) is not BatchView:
+        raise TypeError(f"batch must be a BatchView from split_batches, got {type(batch).__name__}")
+    _check_producible(<BatchView>batch)
+    pid[0] = _c_int("producer_id", producer_id, C_INT64_MIN, INT64_MAX_C)
+    epoch[0] = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN, C_INT16_MAX)
+    seq[0] = <int32_t>_c_int("base_sequence", base_sequence, C_INT32_MIN, C_INT32_MAX)
+    return <BatchView>batch
 
 
 cdef tuple _rewrite_c(BatchView batch, int64_t pid, int16_t epoch, int32_t seq,
@@ -876,15 +882,11 @@ cdef int _stamp_into(object view, object producer_id, object producer_epoch,
                      object base_sequence, bint clear_log_append_time, unsigned char *dest,
                      const unsigned char **body, Py_ssize_t *body_size) except -1:
     """``stamp_into_fn`` (native/_fields.pxi), for the codec's Produce encoder: the checks of
-    ``rewrite_for_produce`` and ``_rewrite``, in their order, then the header into ``dest``."""
-    if type(view) is not BatchView:
-        raise TypeError(f"batch must be a BatchView from split_batches, got {type(view).__name__}")
-    cdef BatchView batch = <BatchView>view
-    _check_producible(batch)
-    cdef int64_t pid = _c_int("producer_id", producer_id, C_INT64_MIN, INT64_MAX_C)
-    cdef int16_t epoch = <int16_t>_c_int("producer_epoch", producer_epoch, C_INT16_MIN,
-                                         C_INT16_MAX)
-    cdef int32_t seq = <int32_t>_c_int("base_sequence", base_sequence, C_INT32_MIN, C_INT32_MAX)
+    ``rewrite_for_produce``, then the header into ``dest``."""
+    cdef int64_t pid
+    cdef int16_t epoch
+    cdef int32_t seq
+    batch = _stampable(view, producer_id, producer_epoch, base_sequence, &pid, &epoch, &seq)
     return _write_header(batch, pid, epoch, seq, False, clear_log_append_time, dest, body,
                          body_size)
 
