@@ -36,8 +36,8 @@ from shallowmirror.mirror.filters import (
     TOPICS_EXCLUDE_DEFAULT,
     ConfigPropertyFilter,
     TopicFilter,
-    java_only,
     pattern_problem,
+    regex_problem,
 )
 from shallowmirror.mirror.policy import (
     DEFAULT_POLICY,
@@ -829,15 +829,8 @@ def resolve_mm1(consumer_props: Mapping[str, str], producer_props: Mapping[str, 
         given = f" (got {pattern!r}, which names no topic)" if pattern else ""
         problems.append(f"--include is required (a regex of topics to mirror, e.g. "
                         f"'.*'){given}")
-    else:
-        java = java_only(pattern)
-        if java:
-            problems.append(f"--include: bad regex '{pattern}': {java}")
-        else:
-            try:
-                re.compile(mm1_include_regex(pattern))
-            except re.error as err:
-                problems.append(f"--include: bad regex '{pattern}': {err}")
+    elif (problem := regex_problem(mm1_include_regex(pattern), shown=pattern)) is not None:
+        problems.append(f"--include: {problem}")
     if num_streams < 1:
         problems.append(f"--num.streams must be at least 1, got {num_streams}")
     for path, props, role in ((consumer_config_path, consumer_props, "consumer"),

@@ -46,6 +46,20 @@ def java_only(regex: str) -> str | None:
             "\\p{Digit} [0-9])")
 
 
+def regex_problem(regex: str, shown: str | None = None) -> str | None:
+    """``bad regex '<shown>': <why>`` when ``regex`` does not compile here (a Java-only
+    construct named as such), else None; ``shown`` (default ``regex``) is what the user wrote."""
+    shown = regex if shown is None else shown
+    java = java_only(regex)
+    if java:
+        return f"bad regex '{shown}': {java}"
+    try:
+        re.compile(regex)
+    except re.error as err:
+        return f"bad regex '{shown}': {err}"
+    return None
+
+
 def compile_pattern_list(patterns: Iterable[str]) -> re.Pattern[str] | None:
     """MirrorUtils.compilePatternList: ``a, b.*`` -> one regex; None for an empty list.
 
@@ -54,13 +68,9 @@ def compile_pattern_list(patterns: Iterable[str]) -> re.Pattern[str] | None:
     if not items:
         return None
     for item in items:
-        java = java_only(item)
-        if java:
-            raise re.error(f"bad regex '{item}': {java}")
-        try:
-            re.compile(item)
-        except re.error as err:
-            raise re.error(f"bad regex '{item}': {err}") from err
+        problem = regex_problem(item)
+        if problem:
+            raise re.error(problem)
     return re.compile("|".join(f"(?:{item})" for item in items))
 
 
