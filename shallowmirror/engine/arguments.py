@@ -69,3 +69,12 @@ def check_seconds(call: str, name: str, value: Any) -> None:
                         f"{type(value).__name__} {value!r}")
     if math.isnan(value) or value < 0:
         raise ValueError(f"{call}(): {name} must be >= 0 seconds, not {value!r}")
+
+
+def check_engine_arguments(call: str, source_config: Any, target_config: Any, topics: Any,
+                           settings: Any) -> None:
+    """What an engine (``MirrorEngine``, the forwarders) is built from; its topics may be
+    empty (set later)."""
+    check_configs(call, source_config, target_config)
+    check_topics(call, topics, allow_empty=True)
+    check_settings(call, settings)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine import hotpath
-from shallowmirror.engine.arguments import check_configs, check_settings, check_topics
+from shallowmirror.engine.arguments import check_engine_arguments
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.consumer_group import ConsumerGroupMembership
@@ -89,12 +89,8 @@ class EngineCore:
                  metrics_sink: MetricsSink | None = None, router: Router,
                  cluster_factory: ClusterFactory | None = None,
                  membership_factory: MembershipFactory | None = None) -> None:
-        call = type(self).__name__
-        check_configs(call, source_config, target_config)
-        check_settings(call, settings)
-        if router is None or not callable(router):   # MirrorEngine's own, or a forwarder's
-            raise TypeError(f"{call}(): router must be callable")
-        check_topics(call, topics, allow_empty=True)
+        check_engine_arguments(type(self).__name__, source_config, target_config, topics,
+                               settings)
         self.settings = resolve_settings(settings)
         #: How the engine reaches a cluster and joins its group; tests inject scripted ones.
         self.cluster_factory: ClusterFactory = cluster_factory or Cluster

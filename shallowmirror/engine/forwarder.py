@@ -42,7 +42,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
-from shallowmirror.engine.arguments import check_configs, check_settings, check_topics
+from shallowmirror.engine.arguments import check_engine_arguments
 from shallowmirror.engine.batch import EngineStats, FetchedBatch
 from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
@@ -266,9 +266,8 @@ class SyncBatchForwarder:
                  topics: TopicsSpec, settings: Mapping[str, Any] | None = None,
                  metrics_sink: MetricsSink | None = None, source_alias: str = "source",
                  target_alias: str = "target", flow: str | None = None) -> None:
-        check_configs("SyncBatchForwarder", source_config, target_config)
-        check_topics("SyncBatchForwarder", topics, allow_empty=True)
-        check_settings("SyncBatchForwarder", settings)
+        check_engine_arguments("SyncBatchForwarder", source_config, target_config, topics,
+                               settings)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="shallowmirror-forwarder")

@@ -424,21 +424,22 @@ class FlowRunner:
                 return f"cluster {down[0]} unreachable for {down[1]:.0f} s"
         if not self.ready_topics or self.mirroring_since is not None:
             return None
-        assignment = self.flow.engine_settings.get("partition.assignment", "group")
-        if self.flow.shallow and assignment == "all":
-            return f"assigning every partition of {counted(len(self.ready_topics), 'topic')}"
-        return (f"joining consumer group {self.flow.engine_settings.get('group.id')} on "
-                f"cluster {self.flow.source}")
+        return self._getting_partitions()
 
     def stopped_before_mirroring(self) -> str | None:
         """What a flow whose clusters answered was still doing when it stopped without having
         mirrored anything (joining its group, most often), or None."""
         if self.never_started or self.mirroring_since is not None or not self.ready_topics:
             return None
+        return f"still {self._getting_partitions()}"
+
+    def _getting_partitions(self) -> str:
+        """How the flow is getting its partitions before it mirrors: its group's join, or
+        taking every partition (``partition.assignment = all``)."""
         assignment = self.flow.engine_settings.get("partition.assignment", "group")
         if self.flow.shallow and assignment == "all":
-            return "still assigning its partitions"
-        return (f"still joining consumer group {self.flow.engine_settings.get('group.id')} on "
+            return f"assigning every partition of {counted(len(self.ready_topics), 'topic')}"
+        return (f"joining consumer group {self.flow.engine_settings.get('group.id')} on "
                 f"cluster {self.flow.source}")
 
     def _note_assigned(self, partitions: list) -> None:
