@@ -588,6 +588,9 @@ class Sinks:
         self._moving: set[TTP] = set()
         #: Target partitions whose leader is being looked up -> batches waiting, in order.
         self._awaiting_leader: dict[TTP, list[FetchedBatch]] = {}
+        #: Target topics said to be missing (one warning per topic, not one per partition
+        #: waiting for it); a topic leaves it when one of its partitions is found.
+        self._missing_told: set[str] = set()
         #: Target partition -> the sink holding its queue (a partition's batches are queued on
         #: one sink at a time; ``partition_requeued`` moves them, whole and in order).
         self.holder: dict[TTP, Sink] = {}
@@ -794,6 +797,7 @@ class Sinks:
                 break           # nobody adds the partition (no mirror flow): fail now
             leader = self.cluster.leader(*ttp)
             if leader is not None:
+                self._missing_told.discard(ttp[0])
                 waiting = self._awaiting_leader[ttp]
                 if missing:
                     self.target_partition_known_again(
@@ -811,17 +815,24 @@ class Sinks:
                     ttp, self._awaiting_leader[ttp][0],
                     f"the target's metadata lists {len(parts)} partitions" if narrower
                     else "not in the target's metadata")
-            elif parts is None and attempt == _QUIET_LOOKUPS:
+            elif (parts is None and attempt == _QUIET_LOOKUPS
+                  and ttp[0] not in self._missing_told):
                 # Never forwarded to: a topic that is only being created is there by now, so
-                # say why nothing moves (the lookups go on for about a minute before failing).
+                # say why nothing moves (the lookups go on for about a minute before failing),
+                # once for the topic: each of its partitions waits on the same lookup.
+                self._missing_told.add(ttp[0])
                 first = self._awaiting_leader[ttp][0]
+                others = sum(1 for waiting in self._awaiting_leader
+                             if waiting[0] == ttp[0] and waiting != ttp)
                 log.warning(
                     "target %s has no topic %s (not in its metadata after %d lookups; for "
-                    "source %s-%d offset %d): its batches wait and the lookup is retried, %d "
+                    "source %s-%d offset %d%s): its batches wait and the lookup is retried, %d "
                     "times at most, before the partition stops; create it with at least as "
                     "many partitions as the source topic and compression.type=producer",
                     self.alias, ttp[0], attempt + 1, first.topic, first.partition,
-                    first.source_base, UNKNOWN_TARGET_RETRIES)
+                    first.source_base,
+                    f", and {others} more partition{'s' if others != 1 else ''} of it"
+                    if others else "", UNKNOWN_TARGET_RETRIES)
             await asyncio.sleep(backoff.next_s())
         batches = self._awaiting_leader.pop(ttp)
         parts = self.cluster.partitions(ttp[0])

@@ -274,3 +274,27 @@ def test_forwarding_to_a_missing_target_topic_says_so_within_seconds(
         assert not acked.done()
     assert f"target target has no topic {missing}" in caplog.text, caplog.text[-2000:]
     assert f"for source {topic}-0 offset 0" in caplog.text
+
+
+def test_a_missing_target_topic_is_told_once_for_all_its_partitions(
+        source_cluster, target_cluster, unique_topic, caplog):
+    """Every partition waiting for the same missing topic used to give its own warning: a mirror
+    of a topic of 8 partitions printed the same 5-line text 8 times."""
+    topic = unique_topic("nowhere3")
+    load_topic(source_cluster, topic, 60, partitions=3)
+    missing = f"{topic}-no-such-copy"
+    with SyncBatchForwarder(source_cluster.client_config(), target_cluster.client_config(),
+                            topics=[topic], settings={**FAST, "group.id": group()}) as fwd:
+        seen: set[int] = set()
+        began = time.monotonic()
+        while len(seen) < 3 and time.monotonic() - began < 30:
+            batch = fwd.next_batch(timeout_s=5)
+            if batch is not None and batch.partition not in seen:
+                seen.add(batch.partition)
+                fwd.forward(batch, missing, batch.partition)
+        assert len(seen) == 3
+        while time.monotonic() - began < PROMPT_S + 5 and f"has no topic {missing}" not in caplog.text:
+            time.sleep(0.1)
+        time.sleep(2)          # the other partitions' lookups reach the same count meanwhile
+    assert caplog.text.count(f"has no topic {missing}") == 1, caplog.text[-3000:]
+    assert "more partition" in caplog.text
