@@ -66,6 +66,10 @@ from shallowmirror.net.config import unknown_client_keys
 
 log = logging.getLogger(__name__)
 
+#: At shutdown, how often the wait for the target's acknowledgements says what it waits for
+#: (a stop while the target does not answer waits up to request.timeout.ms, 30 s by default).
+DRAIN_TELL_S = 5.0
+
 ClusterFactory = Callable[[Mapping[str, Any], str], Cluster]
 """``factory(client_config, alias)``: an unstarted cluster (``net.Cluster`` or a scripted one)."""
 MembershipFactory = Callable[..., Membership]
@@ -265,9 +269,7 @@ class EngineCore:
     async def _shutdown(self) -> None:
         self.runtime.stopping = True
         self.sources.wake_all()
-        drained = await self.runtime.progress.wait_until(
-            lambda: not self.sinks.pending_batches() or self._fatal is not None,
-            self.settings["request.timeout.ms"] / 1000)
+        drained = await self._drain()
         if not drained:
             log.warning("cluster %s -> %s: %d batches still unacknowledged after "
                         "request.timeout.ms=%d at shutdown; abandoned, not committed (the next "
@@ -300,6 +302,32 @@ class EngineCore:
             if cluster is not None:
                 with contextlib.suppress(Exception):
                     await cluster.close()
+
+    async def _drain(self) -> bool:
+        """Wait up to request.timeout.ms for the target to acknowledge what is queued and in
+        flight (True: it did, or the engine failed). Every ``DRAIN_TELL_S`` still waiting, say
+        for what and how much longer: a stop while the target is not answering was silent for
+        the whole timeout."""
+        timeout_ms = self.settings["request.timeout.ms"]
+        deadline = time.monotonic() + timeout_ms / 1000
+
+        def drained() -> bool:
+            return not self.sinks.pending_batches() or self._fatal is not None
+
+        while True:
+            left = deadline - time.monotonic()
+            if await self.runtime.progress.wait_until(drained, min(left, DRAIN_TELL_S)):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0.5:
+                return drained()
+            pending = self.sinks.pending_batches()
+            log.info("cluster %s -> %s: stopping; %s batch%s not yet acknowledged by cluster "
+                     "%s, waiting up to %.0f s more for %s (request.timeout.ms=%d), then %s "
+                     "abandoned and mirrored again by the next start", self.source_alias,
+                     self.target_alias, f"{pending:,}", "es" if pending != 1 else "",
+                     self.target_alias, left, "them" if pending != 1 else "it", timeout_ms,
+                     "they are" if pending != 1 else "it is")
 
     def _skip_final_commit(self, owned: list[SourcePartition]) -> bool:
         """True (logged) when the source cluster is out of reach at shutdown: a commit would

@@ -166,6 +166,8 @@ class Sink:
         #: Fast-path requests in flight: token -> (picks, Produce version).
         self.waiting: dict[int, tuple[list[tuple[TTP, FetchedBatch]], int]] = {}
         self._tokens = 0
+        #: The last error said to make batches resend (``_tell_resend``: once per error).
+        self._told_error: BaseException | None = None
         #: The Produce version negotiated with the connection ``_versioned``.
         self._versioned: BrokerConnection | None = None
         self._version = 0
@@ -398,16 +400,14 @@ class Sink:
             # Its partitions stay C rows for the settle loop (native build).
             response = codec.decode_produce_answer(frame, version)
         except ConnectionFailedError as err:
-            log.warning("%s; %d batches to target broker %d will be resent", err, len(picks),
-                        self.node_id)
+            self._tell_resend(err, picks)
             self.owner.note_unreachable(err)
             for ttp, batch in picks:
                 self._retry(ttp, batch, refresh=True)
             return
         except Exception as err:
             if is_transient(err):
-                log.warning("%s; %d batches to target broker %d will be resent", err,
-                            len(picks), self.node_id)
+                self._tell_resend(err, picks)
                 for ttp, batch in picks:
                     self._retry(ttp, batch, refresh=True)
                 return
@@ -430,6 +430,26 @@ class Sink:
             # source order), after the queues were updated.
             if acked:
                 self.owner.batches_acked(acked)
+
+    def _tell_resend(self, err: BaseException,
+                     picks: list[tuple[TTP, FetchedBatch]]) -> None:
+        """Say that a request's batches will be resent: once per error, for every request it
+        ended. A lost connection ends each request in flight on it with the same error, and
+        each used to print the same warning (5 in flight: 5 identical lines)."""
+        if err is self._told_error:
+            log.debug("%s; %d more batches to target broker %d will be resent", err,
+                      len(picks), self.node_id)
+            return
+        self._told_error = err
+        # The requests this error ends after this one are still waiting (the connection fails
+        # its requests in send order, each through its callback).
+        others = [sent for sent, _version in self.waiting.values()] if isinstance(
+            err, ConnectionFailedError) else []
+        batches = len(picks) + sum(map(len, others))
+        requests = 1 + len(others)
+        log.warning("%s; %d batch%s to target broker %d will be resent%s", err, batches,
+                    "es" if batches != 1 else "", self.node_id,
+                    f" ({requests} requests in flight)" if requests > 1 else "")
 
     def _answered(self, picks: list[tuple[TTP, FetchedBatch]], by_tp: dict,
                   acked: list[tuple[FetchedBatch, int | None]]) -> None:
