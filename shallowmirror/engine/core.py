@@ -269,12 +269,12 @@ class EngineCore:
     async def _shutdown(self) -> None:
         self.runtime.stopping = True
         self.sources.wake_all()
-        drained = await self._drain()
-        if not drained:
-            log.warning("cluster %s -> %s: %d batches still unacknowledged after "
-                        "request.timeout.ms=%d at shutdown; abandoned, not committed (the next "
-                        "start mirrors them again)", self.source_alias, self.target_alias,
-                        self.sinks.pending_batches(), self.settings["request.timeout.ms"])
+        left_because = await self._drain()
+        if left_because is not None:
+            log.warning("cluster %s -> %s: %s batches still unacknowledged %s at shutdown; "
+                        "abandoned, not committed (the next start mirrors them again)",
+                        self.source_alias, self.target_alias,
+                        f"{self.sinks.pending_batches():,}", left_because)
         self.sinks.stop()
         await self.supervisor.cancel_all()
         owned = list(self.partitions.values())
@@ -303,31 +303,42 @@ class EngineCore:
                 with contextlib.suppress(Exception):
                     await cluster.close()
 
-    async def _drain(self) -> bool:
+    async def _drain(self) -> str | None:
         """Wait up to request.timeout.ms for the target to acknowledge what is queued and in
-        flight (True: it did, or the engine failed). Every ``DRAIN_TELL_S`` still waiting, say
-        for what and how much longer: a stop while the target is not answering was silent for
-        the whole timeout."""
+        flight; None when it did (or the engine failed), else why the rest is left. Every
+        ``DRAIN_TELL_S`` still waiting, say for what and how much longer (a stop while the
+        target did not answer was silent for the whole timeout). A target out of reach (no
+        connection open, every attempt failing) is not waited for: nothing can be acknowledged
+        until it is back, and the next start mirrors what was not."""
         timeout_ms = self.settings["request.timeout.ms"]
         deadline = time.monotonic() + timeout_ms / 1000
 
         def drained() -> bool:
             return not self.sinks.pending_batches() or self._fatal is not None
 
-        while True:
-            left = deadline - time.monotonic()
-            if await self.runtime.progress.wait_until(drained, min(left, DRAIN_TELL_S)):
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0.5:
-                return drained()
-            pending = self.sinks.pending_batches()
-            log.info("cluster %s -> %s: stopping; %s batch%s not yet acknowledged by cluster "
-                     "%s, waiting up to %.0f s more for %s (request.timeout.ms=%d), then %s "
-                     "abandoned and mirrored again by the next start", self.source_alias,
-                     self.target_alias, f"{pending:,}", "es" if pending != 1 else "",
-                     self.target_alias, left, "them" if pending != 1 else "it", timeout_ms,
-                     "they are" if pending != 1 else "it is")
+        told = time.monotonic()
+        while not drained():
+            down_s = self.target.unreachable_for_s() if self.target is not None else None
+            if down_s is not None:
+                return (f"(cluster {self.target_alias} has been unreachable for {down_s:.0f} s: "
+                        "not waited for)")
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0:
+                return f"after request.timeout.ms={timeout_ms}"
+            if now - told >= DRAIN_TELL_S and left > 0.5:
+                told = now
+                pending = self.sinks.pending_batches()
+                log.info("cluster %s -> %s: stopping; %s batch%s not yet acknowledged by "
+                         "cluster %s, waiting up to %.0f s more for %s (request.timeout.ms=%d), "
+                         "then %s abandoned and mirrored again by the next start",
+                         self.source_alias, self.target_alias, f"{pending:,}",
+                         "es" if pending != 1 else "", self.target_alias, left,
+                         "them" if pending != 1 else "it", timeout_ms,
+                         "they are" if pending != 1 else "it is")
+            # Woken by every acknowledgement; looks at the target's reach once a second.
+            await self.runtime.progress.wait_until(drained, min(left, 1.0))
+        return None
 
     def _skip_final_commit(self, owned: list[SourcePartition]) -> bool:
         """True (logged) when the source cluster is out of reach at shutdown: a commit would

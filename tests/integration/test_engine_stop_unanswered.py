@@ -86,3 +86,52 @@ def test_a_stop_while_the_target_does_not_answer_says_what_it_waits_for(
               if r.levelno >= logging.WARNING and "will be resent" in r.getMessage()]
     assert len(resent) == 1, resent
     assert "requests in flight)" in resent[0], resent
+
+
+def test_a_stop_while_the_target_is_down_does_not_wait_for_it(
+        source_cluster, unique_topic, caplog):
+    """The target's broker gone (connections refused): what is unacknowledged cannot be until it
+    is back, so a stop leaves it at once (the next start mirrors it again), instead of waiting
+    request.timeout.ms (30 s by default) with the operator's Ctrl-C."""
+    caplog.set_level(logging.INFO)
+    topic = unique_topic("gone")
+    load_topic(source_cluster, topic, 500, partitions=2)
+    patient_ms = 20000
+    target = start_cluster("gone")
+    try:
+        create_target(target, topic, 2)
+
+        async def scenario() -> float:
+            engine = MirrorEngine(
+                source_cluster.client_config(), target.client_config(), topics=[topic],
+                settings={"partition.assignment": "all", "group.id": group(),
+                          "fetch.max.wait.ms": 100, "request.timeout.ms": patient_ms})
+            stop = asyncio.Event()
+            task = asyncio.create_task(engine.run(stop))
+            try:
+                await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
+                assert await engine.wait_caught_up(60), engine.stats()
+                target.stop()
+                await asyncio.to_thread(_produce, source_cluster, topic, 3000)
+                began = time.monotonic()
+                while time.monotonic() - began < 30 and not (
+                        engine.sinks.pending_batches() and engine.target.unreachable_for_s()):
+                    await asyncio.sleep(0.05)
+                assert engine.sinks.pending_batches(), "nothing waited for the target"
+                stopped_at = time.monotonic()
+                stop.set()
+                await task
+                return time.monotonic() - stopped_at
+            finally:
+                stop.set()
+                if not task.done():
+                    await task
+
+        waited_s = asyncio.run(scenario())
+    finally:
+        target.stop()
+    left = [r.getMessage() for r in caplog.records if "at shutdown; abandoned" in r.getMessage()]
+    assert len(left) == 1 and "(cluster target has been unreachable for" in left[0], left
+    assert "not waited for" in left[0]
+    assert not [r for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert waited_s < patient_ms / 2000, waited_s     # it did not wait the request timeout
