@@ -66,11 +66,29 @@ def _all_subparsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentPa
     return found
 
 
+def _chosen_parser(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command (and action) ``args`` were parsed for: ``parser`` itself when
+    none was chosen."""
+    while True:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = getattr(args, action.dest, None)
+                if chosen in action.choices:
+                    parser = action.choices[chosen]
+                    break
+        else:
+            return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         # Importing every subcommand takes a tenth of a second: a Ctrl-C then is no crash.
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            # Said by the command's own parser: its usage line, not the top level's.
+            _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:
         print("shallowmirror: interrupted", file=sys.stderr)
         return 130

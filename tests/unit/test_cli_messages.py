@@ -365,3 +365,21 @@ def test_legacy_takes_its_dotted_flags_spelt_with_dashes_too(tmp_path):
                      str(producer), "--include", "orders", "--num-streams", "1", "--check")
     assert result.returncode == 0, result.stderr
     assert "configuration OK" in result.stdout
+
+
+@pytest.mark.parametrize(("argv", "usage"), [
+    (("mirror", "mm2.properties", "--bogus"), "usage: shallowmirror mirror "),
+    (("offsets", "translate", "mm2.properties", "--group", "g", "--bogus"),
+     "usage: shallowmirror offsets translate "),
+    (("load", "--bootstrap-servers", "x:1", "--topic", "t", "extra"),
+     "usage: shallowmirror load "),
+    (("--bogus",), "usage: shallowmirror [-h]"),
+])
+def test_an_unknown_option_is_refused_with_its_commands_usage(argv, usage):
+    """An option no command has was refused with the top-level usage line, which does not show
+    the options the command does have."""
+    result = run_cli(*argv)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(usage), result.stderr
+    assert "unrecognized arguments: " in result.stderr
+    assert result.stdout == ""
