@@ -440,6 +440,10 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         if outcome == TIMED_OUT:
             problems[-1] = (f"timed out after {config.run_timeout_s:g} s (--run-timeout): "
                             f"{problems[-1]}")
+        elif outcome == EXITED:
+            # Whatever the mode: the command ended before the records were all there, and how
+            # it ended is the first thing to know (an external tool's status counts here).
+            problems[-1] += f"; the mode's process exited first, with status {exit_code}"
     # Our own modes must shut down cleanly; an external tool may exit however it likes on SIGTERM,
     # and a JVM stopped by SIGTERM exits 143 after its shutdown hooks ran. A mode the timeout
     # stopped may die of that SIGTERM (still starting, no handler yet): no news.

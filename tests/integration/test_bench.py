@@ -134,6 +134,25 @@ def test_a_run_the_timeout_stopped_says_so(source_cluster, target_cluster):
     assert "exited with status" not in r["error"], r["error"]
 
 
+def test_an_external_command_that_ends_first_is_named_with_its_status(source_cluster,
+                                                                       target_cluster):
+    """An external tool that exited (a typo in its command line, a refused configuration) was
+    reported as "not all records arrived (0/N)" only: its exit status, the first thing to know,
+    was not said."""
+    config = BenchConfig(
+        workloads=expand(["lz4"], [200], [16384], [PARTITIONS], [1000]),
+        modes=["external"], repeats=1, source_bootstrap=source_cluster.bootstrap,
+        target_bootstrap=target_cluster.bootstrap, latency_probes=0, progress=False,
+        external_cmd="echo 'no such option: --topics {topic}' >&2; exit 3",
+        external_target_topic="{topic}.copy",
+    )
+    [r] = run_bench(config, lambda record: None)
+    assert r["ok"] is False
+    assert r["error"].startswith("not all records arrived (0/1000); the mode's process exited "
+                                 "first, with status 3"), r["error"]
+    assert "no such option: --topics" in r["error"]      # its stderr's tail
+
+
 def _last_of(records: list[dict], r: dict) -> dict:
     """Only the last run writing to a target topic left it intact (later runs re-create it)."""
     return [x for x in records if x["target_topic"] == r["target_topic"]][-1]
