@@ -34,6 +34,38 @@ def _produce(cluster, topic: str, records: int) -> None:
     assert producer.flush(30) == 0
 
 
+async def _stop_after(source_cluster, target, topic: str, timeout_ms: int, break_target,
+                      ready) -> float:
+    """Mirror ``topic`` until caught up, ``break_target()``, write more to the source, wait until
+    batches wait for the target and ``ready(engine)``, then stop the engine: the seconds the
+    stop took."""
+    engine = MirrorEngine(
+        source_cluster.client_config(),
+        {**target.client_config(), "request.timeout.ms": timeout_ms}, topics=[topic],
+        settings={"partition.assignment": "all", "group.id": group(),
+                  "fetch.max.wait.ms": 100, "request.timeout.ms": timeout_ms})
+    stop = asyncio.Event()
+    task = asyncio.create_task(engine.run(stop))
+    try:
+        await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
+        assert await engine.wait_caught_up(60), engine.stats()
+        break_target()
+        await asyncio.to_thread(_produce, source_cluster, topic, 3000)
+        began = time.monotonic()
+        while time.monotonic() - began < 30 and not (
+                engine.sinks.pending_batches() and ready(engine)):
+            await asyncio.sleep(0.05)
+        assert engine.sinks.pending_batches(), "nothing waited for the target"
+        stopped_at = time.monotonic()
+        stop.set()
+        await task
+        return time.monotonic() - stopped_at
+    finally:
+        stop.set()
+        if not task.done():
+            await task
+
+
 def test_a_stop_while_the_target_does_not_answer_says_what_it_waits_for(
         source_cluster, unique_topic, caplog, monkeypatch):
     monkeypatch.setattr(core, "DRAIN_TELL_S", 1.0)
@@ -42,39 +74,21 @@ def test_a_stop_while_the_target_does_not_answer_says_what_it_waits_for(
     load_topic(source_cluster, topic, 500, partitions=2)
     with start_cluster("frozen") as target:
         create_target(target, topic, 2)
+        frozen_at: list[float] = []
 
-        async def scenario() -> float:
-            engine = MirrorEngine(
-                source_cluster.client_config(),
-                {**target.client_config(), "request.timeout.ms": TIMEOUT_MS}, topics=[topic],
-                settings={"partition.assignment": "all", "group.id": group(),
-                          "fetch.max.wait.ms": 100, "request.timeout.ms": TIMEOUT_MS})
-            stop = asyncio.Event()
-            task = asyncio.create_task(engine.run(stop))
-            try:
-                await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
-                assert await engine.wait_caught_up(60), engine.stats()
-                os.kill(target.pid, signal.SIGSTOP)
-                try:
-                    await asyncio.to_thread(_produce, source_cluster, topic, 3000)
-                    began = time.monotonic()
-                    while not engine.sinks.pending_batches() and time.monotonic() - began < 30:
-                        await asyncio.sleep(0.05)
-                    assert engine.sinks.pending_batches(), "nothing waited for the target"
-                    # The requests in flight time out: their connection is closed under them.
-                    await asyncio.sleep(TIMEOUT_MS / 1000 + 1.5)
-                    stopped_at = time.monotonic()
-                    stop.set()
-                    await task
-                    return time.monotonic() - stopped_at
-                finally:
-                    os.kill(target.pid, signal.SIGCONT)
-            finally:
-                stop.set()
-                if not task.done():
-                    await task
+        def freeze() -> None:
+            os.kill(target.pid, signal.SIGSTOP)
+            frozen_at.append(time.monotonic())
 
-        waited_s = asyncio.run(scenario())
+        def timed_out(_engine) -> bool:
+            # The requests in flight time out: their connection is closed under them.
+            return time.monotonic() - frozen_at[0] > TIMEOUT_MS / 1000 + 2
+
+        try:
+            waited_s = asyncio.run(_stop_after(source_cluster, target, topic, TIMEOUT_MS,
+                                               freeze, timed_out))
+        finally:
+            os.kill(target.pid, signal.SIGCONT)
     told = [r.getMessage() for r in caplog.records
             if "stopping;" in r.getMessage() and "not yet acknowledged" in r.getMessage()]
     # The wait lasts about request.timeout.ms; it is told every DRAIN_TELL_S meanwhile.
@@ -100,34 +114,9 @@ def test_a_stop_while_the_target_is_down_does_not_wait_for_it(
     target = start_cluster("gone")
     try:
         create_target(target, topic, 2)
-
-        async def scenario() -> float:
-            engine = MirrorEngine(
-                source_cluster.client_config(), target.client_config(), topics=[topic],
-                settings={"partition.assignment": "all", "group.id": group(),
-                          "fetch.max.wait.ms": 100, "request.timeout.ms": patient_ms})
-            stop = asyncio.Event()
-            task = asyncio.create_task(engine.run(stop))
-            try:
-                await engine.runtime.progress.wait_until(lambda: engine.ready or task.done())
-                assert await engine.wait_caught_up(60), engine.stats()
-                target.stop()
-                await asyncio.to_thread(_produce, source_cluster, topic, 3000)
-                began = time.monotonic()
-                while time.monotonic() - began < 30 and not (
-                        engine.sinks.pending_batches() and engine.target.unreachable_for_s()):
-                    await asyncio.sleep(0.05)
-                assert engine.sinks.pending_batches(), "nothing waited for the target"
-                stopped_at = time.monotonic()
-                stop.set()
-                await task
-                return time.monotonic() - stopped_at
-            finally:
-                stop.set()
-                if not task.done():
-                    await task
-
-        waited_s = asyncio.run(scenario())
+        waited_s = asyncio.run(_stop_after(
+            source_cluster, target, topic, patient_ms, target.stop,
+            lambda engine: engine.target.unreachable_for_s() is not None))
     finally:
         target.stop()
     left = [r.getMessage() for r in caplog.records if "at shutdown; abandoned" in r.getMessage()]
