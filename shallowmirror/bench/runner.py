@@ -185,6 +185,9 @@ class Clusters:
     #: alias -> broker pid, for embedded clusters (their CPU is reported per run).
     broker_pids: dict[str, int] = field(default_factory=dict)
     flavor: str = "given"                 # tansu | kafka | given
+    #: Source and target are one cluster (the same address, or the same cluster id under
+    #: two addresses): the mirrors write beside the source topic, never onto it.
+    same: bool = False
 
     def broker_cpu(self) -> dict[str, float]:
         """alias -> cumulative user+sys CPU seconds of each embedded broker process."""
@@ -200,7 +203,8 @@ class Clusters:
 def clusters_for(config: BenchConfig) -> Iterator[Clusters]:
     """The given clusters, or two started ones (tansu or Kafka) stopped by pid on exit."""
     if config.source_bootstrap:
-        yield Clusters(config.source_bootstrap, config.target_bootstrap or "", False)
+        source, target = config.source_bootstrap, config.target_bootstrap or ""
+        yield Clusters(source, target, False, same=source == target)
         return
     from shallowmirror.testing.clusters import started_clusters
 
@@ -235,7 +239,14 @@ def run_bench(config: BenchConfig, emit: Callable[[dict], None]) -> list[dict]:
 def _run_matrix(config: BenchConfig, clusters: Clusters, emit: Callable[[dict], None],
                 records: list[dict], stops: StopSignalLog) -> None:
     if not clusters.embedded:
-        topics.check_answers({"source": clusters.source, "target": clusters.target})
+        ids = topics.check_answers({"source": clusters.source, "target": clusters.target})
+        if not clusters.same and ids.get("source") and ids["source"] == ids.get("target"):
+            # Two addresses of one cluster (localhost and 127.0.0.1): each run re-creates its
+            # target topic, which was then the source topic itself, emptied before it was read.
+            clusters.same = True
+            log.info("source %s and target %s are one cluster (id %s): the mirrors write to "
+                     "<topic>.mirror beside the source topic", clusters.source,
+                     clusters.target, ids["source"])
     session = uuid.uuid4().hex[:8]
     described = machine.describe()
     for workload in config.workloads:
@@ -304,7 +315,7 @@ def _target_names(config: BenchConfig, clusters: Clusters, mode: str,
         return main, main + "-latency"
     if mode == "mm2":
         return mm2_mode.remote_topic(source.topic), mm2_mode.remote_topic(source.latency_topic)
-    suffix = ".mirror" if clusters.source == clusters.target else ""
+    suffix = ".mirror" if clusters.same else ""
     return source.topic + suffix, source.latency_topic + suffix
 
 

@@ -83,19 +83,23 @@ def _raise_first(futures: dict, ignore: int | None = None) -> None:
         raise type(err)(*err.args)
 
 
-def check_answers(clusters: dict[str, str], timeout_s: float | None = None) -> None:
-    """Raise ``ClusterUnreachable`` naming every cluster (role -> bootstrap) that does not answer
-    Metadata within ``timeout_s`` (default ``ANSWER_TIMEOUT_S``); all are asked at once, so the
-    wait is ``timeout_s`` at most."""
+def check_answers(clusters: dict[str, str], timeout_s: float | None = None
+                  ) -> dict[str, str | None]:
+    """Each cluster's id (role -> bootstrap given, role -> id returned; None: it gives none),
+    or ``ClusterUnreachable`` naming every cluster that does not answer Metadata within
+    ``timeout_s`` (default ``ANSWER_TIMEOUT_S``); all are asked at once, so the wait is
+    ``timeout_s`` at most."""
     timeout_s = ANSWER_TIMEOUT_S if timeout_s is None else timeout_s
     clients = {role: admin(bootstrap) for role, bootstrap in clusters.items()}
     errors: dict[str, str] = dict.fromkeys(clients, "no answer")
+    ids: dict[str, str | None] = {}
     deadline = time.monotonic() + timeout_s
     while clients and time.monotonic() < deadline:
         for role, client in list(clients.items()):
             try:
-                client.list_topics(timeout=max(min(METADATA_SLICE_S / len(clusters),
-                                                   deadline - time.monotonic()), 0.01))
+                md = client.list_topics(timeout=max(min(METADATA_SLICE_S / len(clusters),
+                                                        deadline - time.monotonic()), 0.01))
+                ids[role] = md.cluster_id or None
                 del clients[role]
             except KafkaException as err:
                 errors[role] = err.args[0].str()
@@ -105,6 +109,7 @@ def check_answers(clusters: dict[str, str], timeout_s: float | None = None) -> N
         raise ClusterUnreachable("; ".join(
             f"the {role} cluster at {clusters[role]} did not answer within {timeout_s:g}s "
             f"({errors[role]})" for role in clients) + f"; {question}")
+    return ids
 
 
 def _wait(client: AdminClient, topic: str | None, done, timeout_s: float, what: str) -> None:
