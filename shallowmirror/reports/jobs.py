@@ -329,8 +329,9 @@ def bench_rss_series(runs: DataFrame) -> DataFrame:
 # --- goals -----------------------------------------------------------------------------------
 
 def _goal_rows(df: DataFrame, goal: str, scope: Column, codec: Column, measured: Column,
-               threshold: Column, at_least: bool) -> DataFrame:
-    """Goal rows with PASS/MISS and the margin (positive = headroom, negative = missed by)."""
+               threshold: Column, at_least: bool, note: Column | None = None) -> DataFrame:
+    """Goal rows with PASS/MISS and the margin (positive = headroom, negative = missed by);
+    ``note`` says why a row has NO DATA (its measurement null)."""
     margin = measured - threshold if at_least else threshold - measured
     passed = measured >= threshold if at_least else measured <= threshold
     return df.select(
@@ -341,6 +342,7 @@ def _goal_rows(df: DataFrame, goal: str, scope: Column, codec: Column, measured:
         .alias("status"),
         margin.cast("double").alias("margin"),
         _div(margin, F.abs(threshold)).alias("margin_fraction"),
+        (note if note is not None else F.lit(None)).cast("string").alias("note"),
     )
 
 
@@ -374,6 +376,8 @@ def goals(
     shape = F.concat_ws(
         " ", F.concat(F.lit("value="), F.coalesce(F.col("value_bytes").cast("string"), F.lit("?")),
                       F.lit("B")),
+        F.concat(F.lit("batch="), F.coalesce(F.col("batch_bytes").cast("string"), F.lit("?")),
+                 F.lit("B")),
         F.concat(F.lit("partitions="), F.coalesce(F.col("partitions").cast("string"), F.lit("?"))),
         F.concat(F.lit("records="),
                  F.coalesce(F.col("workload_records").cast("string"), F.lit("?"))),
@@ -381,7 +385,7 @@ def goals(
     by_shape = summary.withColumn("shape", shape)
     flat = (
         by_shape.where(F.col("mode") == "shallow").groupBy("shape")
-        .agg(F.count("*").alias("codecs"),
+        .agg(F.countDistinct("codec").alias("codecs"),
              _div(F.max("peak_rss_bytes"), F.min("peak_rss_bytes")).alias("spread"),
              F.concat_ws(",", F.sort_array(F.collect_set("codec"))).alias("codec_list"))
         .where(F.col("codecs") >= 2)
@@ -390,13 +394,19 @@ def goals(
                            F.col("spread"), F.lit(rss_flat_max_ratio), at_least=False)
     grows = (
         by_shape.where(F.col("mode") == "deep-confluent").groupBy("shape")
-        .agg(F.count("*").alias("codecs"),
+        .agg(F.countDistinct("codec").alias("codecs"),
              F.corr("compression_ratio", "peak_rss_bytes").alias("correlation"),
              F.concat_ws(",", F.sort_array(F.collect_set("codec"))).alias("codec_list"))
         .where(F.col("codecs") >= 2)
     )
+    # Two points always correlate at +1 or -1: the goal is judged from three codecs on.
+    enough = F.col("codecs") >= 3
     grows_goal = _goal_rows(grows, "deep_rss_grows", F.col("shape"), F.col("codec_list"),
-                            F.col("correlation"), F.lit(deep_rss_min_correlation), at_least=True)
+                            F.when(enough, F.col("correlation")),
+                            F.lit(deep_rss_min_correlation), at_least=True,
+                            note=F.when(~enough, F.lit(
+                                "needs 3 codecs or more of this shape (a correlation of two "
+                                "points is always +1 or -1)")))
     return cpu_goal.unionByName(flat_goal).unionByName(grows_goal).unionByName(fetch_goal)
 
 

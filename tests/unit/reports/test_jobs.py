@@ -140,9 +140,12 @@ def test_goals_pass_or_miss_with_margin(tables):
     flat = g[("shallow_rss_flat", "lz4,zstd")]  # medians 50 MB and 55 MB: max/min 1.1 <= 1.25
     assert (flat["status"], flat["measured"], flat["margin"]) == ("PASS", approx(1.1),
                                                                   approx(0.15))
-    assert flat["scope"] == "value=200B partitions=4 records=1000000"
-    grows = g[("deep_rss_grows", "lz4,zstd")]  # ratio 2.5 -> 150 MB, 5.0 -> 400 MB: corr 1
-    assert (grows["status"], grows["measured"]) == ("PASS", approx(1.0))
+    assert flat["scope"].startswith("value=200B batch=") and flat["scope"].endswith(
+        "B partitions=4 records=1000000")
+    # Two codecs: their correlation (1: ratio 2.5 -> 150 MB, 5.0 -> 400 MB) is no evidence.
+    grows = g[("deep_rss_grows", "lz4,zstd")]
+    assert (grows["status"], grows["measured"]) == ("NO DATA", None)
+    assert grows["note"].startswith("needs 3 codecs or more")
     fetch = g[("fetch_only_throughput", "lz4")]  # 0.64 against >= 0.8: 20 % short
     assert (fetch["status"], fetch["margin"], fetch["margin_fraction"]) == (
         "MISS", approx(-0.16), approx(-0.2))
