@@ -446,6 +446,7 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         record["cpu_basis"] = "rusage-at-exit"
     _account(record, total_cpu, ready)
     problems = []
+    told_exit = False
     if record["process_wall_s"] is None:
         problems.append(f"not all records arrived ({record['records']}/{source.records})")
         if outcome == TIMED_OUT:
@@ -455,13 +456,14 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
             # Whatever the mode: the command ended before the records were all there, and how
             # it ended is the first thing to know (an external tool's status counts here).
             problems[-1] += f"; the mode's process exited first, with status {exit_code}"
+            told_exit = True
     # Our own modes must shut down cleanly; an external tool may exit however it likes on SIGTERM,
     # and a JVM stopped by SIGTERM exits 143 after its shutdown hooks ran. A mode the timeout
     # stopped may die of that SIGTERM (still starting, no handler yet): no news.
     clean_exits = {"external": None, "mm2": (0, 143, None)}.get(mode, (0, None))
     if clean_exits is not None and outcome == TIMED_OUT:
         clean_exits = (*clean_exits, -signal.SIGTERM)
-    if clean_exits is not None and exit_code not in clean_exits:
+    if clean_exits is not None and exit_code not in clean_exits and not told_exit:
         problems.append(f"mode process exited with status {exit_code}")
     if problems:
         stderr_file.seek(0)

@@ -343,6 +343,20 @@ def _esc(name: str) -> Callable[[Row], str]:
     return lambda r: html.escape("–" if r.get(name) is None else str(r.get(name)))
 
 
+def _error_cell(row: Row) -> str:
+    """A failed run's error: what the harness saw, then the mode's stderr tail folded away
+    under its last line (a traceback's exception), which is what says why; the whole tail in
+    one unwrapped cell ran off the page."""
+    error = str(row.get("error") or "–")
+    head, _, tail = error.partition("; stderr tail: ")
+    text = f"<div>{html.escape(head)}</div>"
+    lines = [line for line in tail.strip().splitlines() if line.strip()]
+    if lines:
+        text += (f"<details><summary>{html.escape(lines[-1].strip())}</summary>"
+                 f"<pre>{html.escape(tail.strip())}</pre></details>")
+    return text
+
+
 def _goal_table(goals: Sequence[Row]) -> str:
     def status(r: Row) -> str:
         s = r["status"]
@@ -377,6 +391,9 @@ td { white-space: nowrap; }
 th { background: #f6f6f6; font-weight: 600; }
 td:first-child, th:first-child { text-align: left; }
 table.goals td, table.goals th { text-align: left; white-space: normal; }
+table.failed td, table.failed th { text-align: left; white-space: normal; max-width: 760px; }
+table.failed pre { white-space: pre-wrap; word-break: break-word; font-size: 11px; }
+table.failed summary { cursor: pointer; color: #a33; }
 .badge { white-space: nowrap; }
 .spread { color: #888; font-size: 11px; }
 .badge { font-weight: 700; padding: 1px 7px; border-radius: 3px; color: white; }
@@ -475,8 +492,8 @@ CPU = user + system seconds</p>""")
         parts.append("<h3>Failed runs (left out of every number above)</h3>")
         parts.append(_table(data.table("failed_runs"), [
             ("run", _esc("run_id")), ("workload", _esc("workload_id")), ("mode", _esc("mode")),
-            ("repeat", _f("repeat")), ("error", _esc("error")),
-        ]))
+            ("repeat", _f("repeat")), ("error", _error_cell),
+        ], css="failed"))
 
     if data.table("flow_totals") or data.table("process_summary"):
         parts.append("<h2>Engine metrics</h2>")

@@ -117,6 +117,24 @@ def test_bench_runs_every_mode_on_a_tiny_workload(source_cluster, target_cluster
     assert compared == [modes[-2], "external"]
 
 
+def test_the_kafka_python_mode_mirrors_snappy(source_cluster, target_cluster):
+    """kafka-python reads snappy only through python-snappy, which is not installed: every
+    snappy workload of mode deep-kafka-python failed ("Libraries for snappy compression codec
+    not found")."""
+    config = BenchConfig(
+        workloads=expand(["snappy"], [200], [16384], [PARTITIONS], [1000]),
+        modes=["deep-kafka-python"], repeats=1, source_bootstrap=source_cluster.bootstrap,
+        target_bootstrap=target_cluster.bootstrap, latency_probes=0, run_timeout_s=60,
+        progress=False,
+    )
+    [r] = run_bench(config, lambda record: None)
+    assert r["ok"], r.get("error")
+    got = read_topic(target_cluster, r["target_topic"])
+    source_topic = r["command"][r["command"].index("--topic") + 1]
+    assert compare_topics(read_topic(source_cluster, source_topic), got,
+                          topic=r["target_topic"]) == []
+
+
 def test_a_run_the_timeout_stopped_says_so(source_cluster, target_cluster):
     """It said "not all records arrived (0/1000); mode process exited with status -15": the
     harness's own SIGTERM, blamed on the mode."""
@@ -172,6 +190,7 @@ def test_an_external_command_that_ends_first_is_named_with_its_status(source_clu
     assert r["error"].startswith("not all records arrived (0/1000); the mode's process exited "
                                  "first, with status 3"), r["error"]
     assert "no such option: --topics" in r["error"]      # its stderr's tail
+    assert r["error"].count("status 3") == 1, r["error"]
 
 
 def _last_of(records: list[dict], r: dict) -> dict:

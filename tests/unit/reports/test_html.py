@@ -175,3 +175,18 @@ def test_no_data_rows_only_for_codecs_that_were_run():
     cpu = [r for r in rows if r["goal"] == "cpu_per_gb"]
     # lz4 ran without deep-confluent: its CPU goal cannot be checked; gzip never ran: no row.
     assert [(r["codec"], r["status"]) for r in cpu] == [("lz4", "NO DATA")]
+
+
+def test_a_failed_runs_error_shows_its_exception_and_folds_the_traceback():
+    """The whole stderr tail of a failed mode sat flattened in one cell that never wrapped: the
+    line that says why (the exception, last) was off the page."""
+    from shallowmirror.reports.html import _error_cell
+
+    error = ("not all records arrived (0/20000); mode process exited with status 1; stderr "
+             "tail: Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+             "    main()\nRuntimeError: Libraries for snappy compression codec not found\n")
+    cell = _error_cell({"error": error})
+    assert cell.startswith("<div>not all records arrived (0/20000); mode process exited with "
+                           "status 1</div><details><summary>RuntimeError: Libraries for snappy "
+                           "compression codec not found</summary><pre>Traceback")
+    assert _error_cell({"error": "target <unreachable>"}) == "<div>target &lt;unreachable&gt;</div>"
