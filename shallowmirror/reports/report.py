@@ -202,6 +202,29 @@ def _count_unreportable(files: Sequence[Path]) -> tuple[int, int]:
     return malformed, unknown
 
 
+def _unreadable_lines(files: Sequence[Path], most: int = 5) -> list[str]:
+    """Where the lines that are not JSON objects are ("results.jsonl line 57 (cut short?)"),
+    the first ``most`` of them."""
+    import json
+
+    found: list[str] = []
+    for path in files:
+        with open(path, "rb") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    if isinstance(json.loads(line), dict):
+                        continue
+                except ValueError:
+                    pass
+                last = not line.endswith(b"\n")
+                found.append(f"{path} line {number}" + (" (the last, cut short?)" if last else ""))
+                if len(found) == most:
+                    return found + ["..."]
+    return found
+
+
 def _nothing_to_report(files: Sequence[Path], malformed: int, unknown: int) -> str:
     return (f"nothing to report in {', '.join(str(f) for f in files)}: no benchmark run, flow "
             f"or process record ({malformed} line(s) not JSON, {unknown} record(s) of another "
@@ -260,6 +283,11 @@ def _report(files: Sequence[Path], out_dir: Path, master: str, window_s: float,
     if not any(data.tables.values()):
         raise ShallowMirrorError(_nothing_to_report(files, data.malformed_lines,
                                                     data.unknown_records))
+    if data.malformed_lines:
+        # On the terminal too (the page's banner alone went unseen), with where they are: a
+        # half-written file (a bench still running, or killed) ends in a line cut short.
+        log.warning("skipped %d line(s) that are not JSON: %s", data.malformed_lines,
+                    "; ".join(_unreadable_lines(files)))
     try:
         return write_report(data, out_dir)
     except OSError as err:

@@ -109,3 +109,19 @@ def test_py4j_retrying_a_command_or_a_ctrl_c_in_it_is_not_shown():
     assert drop_py4j_noise(record(logging.ERROR, "Exception while sending command."))
     assert drop_py4j_noise(record(logging.INFO, "Exception while sending command.",
                                   path=os.path.join("shallowmirror", "x.py")))
+
+
+def test_lines_that_are_not_json_are_located(tmp_path):
+    """A half-written results file was reported with exit 0 and a banner in the page only,
+    naming no file and no line."""
+    from shallowmirror.reports.report import _unreadable_lines
+
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text('{"kind": "bench_run"}\n[1, 2]\n\n{"kind": "bench_run"}\n')
+    half = tmp_path / "half.jsonl"
+    half.write_text('{"kind": "bench_run"}\n{"kind": "bench_ru')
+    assert _unreadable_lines([whole, half]) == [
+        f"{whole} line 2", f"{half} line 2 (the last, cut short?)"]
+    many = tmp_path / "many.jsonl"
+    many.write_text("x\n" * 9)
+    assert _unreadable_lines([many]) == [f"{many} line {n}" for n in range(1, 6)] + ["..."]
