@@ -66,13 +66,14 @@ from shallowmirror.bench.modes import shallow as shallow_mode
 from shallowmirror.bench.progress import ProgressBar
 from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
 from shallowmirror.bench.watermarks import HighWatermarks
+from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.metrics_schema import BENCH_RUN, MODES
 from shallowmirror.testing.workload import plan_problem
 
 log = logging.getLogger(__name__)
 
 #: How ``_wait_caught_up`` ended.
-CAUGHT_UP, EXITED, TIMED_OUT = "caught-up", "exited", "timed-out"
+CAUGHT_UP, EXITED, TIMED_OUT, BROKER_EXITED = "caught-up", "exited", "timed-out", "broker-exited"
 
 LATENCY_METHOD = ("probe records sent to the source latency topic after catch-up; sample = "
                   "arrival seen by a target consumer - send time in the probe")
@@ -177,6 +178,10 @@ def _address_problems(option: str, bootstrap: str | None) -> list[str]:
     return found
 
 
+class BrokerGone(ShallowMirrorError):
+    """A broker the bench started exited during the bench."""
+
+
 @dataclass
 class Clusters:
     source: str
@@ -188,6 +193,22 @@ class Clusters:
     #: Source and target are one cluster (the same address, or the same cluster id under
     #: two addresses): the mirrors write beside the source topic, never onto it.
     same: bool = False
+    #: alias -> broker log, for embedded clusters (named when a broker dies).
+    broker_logs: dict[str, str] = field(default_factory=dict)
+
+    def gone(self) -> str | None:
+        """What is wrong when an embedded cluster's broker has exited (killed, crashed, or
+        stopped by a Ctrl-C sent to the bench's process group), else None."""
+        for alias, pid in self.broker_pids.items():
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            if not alive:
+                where = self.broker_logs.get(alias)
+                return (f"the broker of the {alias} cluster the bench started (pid {pid}) "
+                        f"exited" + (f"; its log: {where}" if where else ""))
+        return None
 
     def broker_cpu(self) -> dict[str, float]:
         """alias -> cumulative user+sys CPU seconds of each embedded broker process."""
@@ -212,7 +233,9 @@ def clusters_for(config: BenchConfig) -> Iterator[Clusters]:
     with started_clusters(flavor, "bench-source", "bench-target",
                           kafka_home=config.kafka_home) as (source, target):
         yield Clusters(source.bootstrap, target.bootstrap, True,
-                       {"source": source.pid, "target": target.pid}, flavor)
+                       {"source": source.pid, "target": target.pid}, flavor,
+                       broker_logs={"source": str(source.log_path),
+                                    "target": str(target.log_path)})
 
 
 def run_bench(config: BenchConfig, emit: Callable[[dict], None]) -> list[dict]:
@@ -269,6 +292,10 @@ def _run_matrix(config: BenchConfig, clusters: Clusters, emit: Callable[[dict], 
                 stops.check()   # a run a stop signal cut short is not a result
                 emit(record)
                 records.append(record)
+                gone = clusters.gone()
+                if gone is not None:     # every run after it would fail the same way
+                    raise BrokerGone(f"{gone}: the bench stops ({len(records)} run(s) "
+                                     "recorded, the last one failed)")
 
 
 def run_once(config: BenchConfig, clusters: Clusters, workload: Workload,
@@ -390,7 +417,7 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         if mm2_run is not None and watcher is not None:
             watcher = _FirstRecord(watcher, sampler, ready, record)
         outcome = _wait_caught_up(config, proc, watcher, source, record, t0, bar, done_lines,
-                                  reader, ready)
+                                  reader, ready, clusters.gone if clusters.embedded else None)
         if outcome == CAUGHT_UP:
             # The embedded brokers share this machine's CPUs with the mode: what they spent
             # from process start to catch-up tells whether the mode or a broker was the limit.
@@ -452,6 +479,9 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         if outcome == TIMED_OUT:
             problems[-1] = (f"timed out after {config.run_timeout_s:g} s (--run-timeout): "
                             f"{problems[-1]}")
+        elif outcome == BROKER_EXITED:
+            problems[-1] = f"{clusters.gone()}: {problems[-1]}"
+            told_exit = True        # stopped by the harness: its status says nothing
         elif outcome == EXITED:
             # Whatever the mode: the command ended before the records were all there, and how
             # it ended is the first thing to know (an external tool's status counts here).
@@ -568,9 +598,12 @@ def ready_s(record: dict, ready: dict) -> float | None:
 def _wait_caught_up(config: BenchConfig, proc: subprocess.Popen, watcher: HighWatermarks | None,
                     source: loader.LoadedSource, record: dict, t0: float, bar: ProgressBar,
                     done_lines: list[dict], reader: threading.Thread,
-                    ready: dict | None = None) -> str:
+                    ready: dict | None = None,
+                    gone: Callable[[], str | None] | None = None) -> str:
     """Poll until every record is on the target (fetch-only: its "done" line): CAUGHT_UP;
-    EXITED if the mode's process ended first, TIMED_OUT after ``run_timeout_s``."""
+    EXITED if the mode's process ended first, BROKER_EXITED if ``gone()`` says a broker the
+    bench started did (the mode would wait out its reconnect deadline), TIMED_OUT after
+    ``run_timeout_s``."""
     expected = source.records
     per_record = source.compressed_bytes / max(expected, 1)
     deadline = t0 + config.run_timeout_s
@@ -614,6 +647,8 @@ def _wait_caught_up(config: BenchConfig, proc: subprocess.Popen, watcher: HighWa
                 return CAUGHT_UP
             if _exited(proc.pid):
                 return EXITED
+        if gone is not None and gone() is not None:
+            return BROKER_EXITED
         if now > deadline:
             return TIMED_OUT
         time.sleep(config.poll_interval_s)

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_report(args: argparse.Namespace, config: BenchConfig) -> int:
     from shallowmirror.bench import summary
-    from shallowmirror.bench.runner import run_bench
+    from shallowmirror.bench.runner import BrokerGone, run_bench
     from shallowmirror.bench.topics import ClusterUnreachable
     from shallowmirror.testing.embedded import BrokerStartError
 
@@ -170,7 +170,7 @@ def _run_and_report(args: argparse.Namespace, config: BenchConfig) -> int:
         except BrokerStartError as err:
             print(f"shallowmirror bench: {err}", file=sys.stderr)
             return 2
-        except ClusterUnreachable as err:
+        except (ClusterUnreachable, BrokerGone) as err:
             print(f"shallowmirror bench: {err}", file=sys.stderr)
             return 1
     table = summary.rows(records)

@@ -405,3 +405,44 @@ def test_ctrl_c_ends_the_bench_at_once_recording_nothing_of_the_interrupted_run(
     assert out.read_text() == earlier
     assert alive == [], alive
     assert len(folders) == 2 and left == [], stderr
+
+
+def test_a_broker_the_bench_started_that_dies_ends_the_bench_with_its_name(tmp_path):
+    """Its broker killed mid-run, the bench went on for minutes: the mode waited out its
+    reconnect deadline (120 s), with tracebacks, and every later run would have failed too."""
+    from shallowmirror.testing import embedded
+
+    config = BenchConfig(
+        workloads=expand(["lz4"], [200], [16384], [PARTITIONS], [150_000]),
+        modes=["deep-confluent", "shallow"], repeats=2, latency_probes=0, run_timeout_s=120,
+        progress=False, broker="tansu",
+    )
+    outcome: dict = {}
+
+    def bench() -> None:
+        try:
+            outcome["records"] = run_bench(config, lambda record: None)
+        except Exception as err:  # noqa: BLE001 - what the test looks at
+            outcome["error"] = err
+
+    thread = threading.Thread(target=bench)
+    thread.start()
+    began = time.monotonic()
+    # Once a mode runs (its process started after the load), the source broker is killed.
+    while time.monotonic() - began < 120 and "error" not in outcome:
+        modes = [p for p in psutil.Process().children(recursive=True)
+                 if "shallowmirror.bench.modes" in " ".join(p.cmdline())]
+        if modes:
+            break
+        time.sleep(0.05)
+    source = next(c for c in embedded._LIVE.values() if c.alias == "bench-source")
+    os.kill(source.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    thread.join(120)
+    assert not thread.is_alive()
+    error = outcome.get("error")
+    assert type(error).__name__ == "BrokerGone", outcome
+    assert f"the broker of the source cluster the bench started (pid {source.pid}) exited; " \
+           f"its log: {source.log_path}" in str(error)
+    assert "the bench stops (1 run(s) recorded, the last one failed)" in str(error)
+    assert time.monotonic() - killed < 60        # not the mode's reconnect deadline (120 s)
