@@ -55,9 +55,10 @@ class Signal:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.add(waiter)
             try:
-                await asyncio.wait_for(waiter, left)
-            except TimeoutError:
-                return predicate()
+                # Not ``wait_for``: on Python 3.11 it drops a cancellation that comes as the
+                # waiter is set (a notify on the same turn), and a cancelled caller then waited
+                # on, a Ctrl-C of ``mirror(until_caught_up=True)`` hanging for ever.
+                await asyncio.wait((waiter,), timeout=left)
             finally:
                 self._waiters.discard(waiter)
         return True

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from shallowmirror.engine.runtime import Signal
 
 
@@ -39,3 +41,20 @@ def test_wait_until_times_out_false_and_true_when_already_holding():
                 await signal.wait_until(lambda: True, timeout_s=0))
 
     assert asyncio.run(main()) == (False, True)
+
+
+def test_a_wait_cancelled_as_it_is_notified_is_cancelled():
+    """``asyncio.wait_for`` (Python 3.11) dropped a cancellation that came on the loop turn the
+    waiter was set: the cancelled waiter looked at its predicate, found it false, and waited
+    again. A Ctrl-C of ``mirror(until_caught_up=True)`` then hung for ever in
+    ``wait_caught_up(3600)``."""
+    async def scenario() -> None:
+        signal = Signal()
+        waiting = asyncio.ensure_future(signal.wait_until(lambda: False, 3600))
+        await asyncio.sleep(0)           # it waits on its waiter
+        signal.notify()                  # the waiter is set ...
+        waiting.cancel()                 # ... and the caller cancelled, on one turn
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(scenario())
