@@ -387,8 +387,13 @@ async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Ma
         own_stop.set()
         for watcher in watchers:
             watcher.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)   # run's error is task's
-        await task
+        # The engine stops as it was told: what is in flight is acknowledged and its offsets
+        # committed. A cancellation now (Ctrl-C under asyncio.run) cancelled that shutdown
+        # with the awaited task, and the run's commit was lost: it is raised once it is done.
+        interrupted = await _all_done({task, *watchers})
+        if interrupted is not None:
+            raise interrupted
+        task.result()                    # run's error (the watchers': below)
     for watcher in watchers:             # nothing to mirror (the engine's own errors: above)
         if not watcher.cancelled() and watcher.exception() is not None:
             raise watcher.exception()
@@ -396,6 +401,18 @@ async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Ma
     if until_caught_up and stats.stopped:
         raise _stopped_error(call, stats, engine.source_alias)
     return stats
+
+
+async def _all_done(tasks: set[asyncio.Future]) -> asyncio.CancelledError | None:
+    """Wait until every one of ``tasks`` is done, whatever cancels the caller meanwhile; the
+    cancellation it got (raised by the caller when it may), else None."""
+    interrupted = None
+    while not all(t.done() for t in tasks):
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError as err:
+            interrupted = err
+    return interrupted
 
 
 def _stopped_error(call: str, stats: EngineStats, alias: str) -> PartitionsStoppedError:

@@ -219,3 +219,45 @@ def test_a_new_mapping_on_the_same_group_warns_that_it_starts_at_the_old_offsets
     assert second.records == 0
     assert (f"its committed offsets were made mirroring into other target topics: p1.{topic} "
             f"(now p2.{topic})") in caplog.text, caplog.text[-3000:]
+
+
+def test_a_cancel_during_the_final_commit_does_not_lose_it(source_cluster, target_cluster,
+                                                             unique_topic, monkeypatch):
+    """Ctrl-C under ``asyncio.run`` cancels the main task. Come while ``mirror_async`` waited for
+    the engine's shutdown, the cancel went into the engine's task and cut its final commit: the
+    whole run was mirrored again by the next start (tansu: every record twice)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from shallowmirror.engine.core import EngineCore
+
+    topic = unique_topic("cancel-commit")
+    load_topic(source_cluster, topic, 3000, partitions=3)
+    g = group()
+    original = EngineCore._positions_to_commit
+    cancelled = []
+
+    async def cancel_then_commit(self, *args, **kwargs):
+        main = cancelled[0] if cancelled else None
+        if main is not None and not main.done():
+            main.cancel()                    # as asyncio.run's SIGINT handler does
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(EngineCore, "_positions_to_commit", cancel_then_commit)
+
+    async def scenario() -> None:
+        cancelled.append(asyncio.current_task())
+        await mirror_async(source_cluster.client_config(), target_cluster.client_config(),
+                           [topic], topic_mapper=prefix_mapper("cc"), until_caught_up=True,
+                           **{"group.id": g, "partition.assignment": "all"})
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(scenario())
+    consumer = Consumer({**source_cluster.client_config(), "group.id": g})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+    finally:
+        consumer.close()
+    target = read_topic(target_cluster.client_config(), f"cc.{topic}")
+    assert {tp.partition: tp.offset for tp in committed} == {
+        p: len(records) for p, records in target.items()}
+    assert sum(map(len, target.values())) == 3000
