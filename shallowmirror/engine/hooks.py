@@ -35,6 +35,7 @@ as the rest of its per-batch work (``benchmarks/engine/hotpath_micro.py --offset
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
@@ -127,7 +128,19 @@ class Hook(Generic[T]):
             runs: Callable[[str, int], AckRun] | None = None) -> Callable[[T], None]:
         """Call ``callback(event)`` at this point from now on (usable as a decorator).
         ``runs(topic, partition)`` (``batch_acknowledged`` only): the callback's run map of a
-        source partition, for the engine to extend itself (see the module docstring)."""
+        source partition, for the engine to extend itself (see the module docstring).
+        Hooks are called synchronously, on the engine's loop: a coroutine function is refused
+        (its coroutine would be made and never run, the events lost without a word)."""
+        if not callable(callback):
+            raise TypeError(f"{self.name} hook: a callback must be callable, got "
+                            f"{type(callback).__name__}")
+        # (An object whose __call__ is ``async def`` makes coroutines too.)
+        if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+                type(callback).__call__):
+            raise TypeError(f"{self.name} hook: {getattr(callback, '__qualname__', callback)!s} "
+                            "is a coroutine function; hooks are called synchronously on the "
+                            "engine's loop: give a plain function (it may start a task with "
+                            "asyncio.get_running_loop().create_task(...))")
         self._callbacks.append(callback)
         if runs is not None:
             self._runs[callback] = runs
