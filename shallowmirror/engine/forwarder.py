@@ -133,6 +133,11 @@ class BatchForwarder(EngineCore):
         """Connect, join, start fetching; returns once ready. A ``stop()`` meanwhile ends it at
         once, nothing raised; a start-up error is raised. Cancelled (a timeout around it,
         Ctrl-C), it stops what it started before the cancellation goes on."""
+        if self._stop.is_set():
+            # Started again after stop() (or stopped before it ever started): run() would end
+            # at once and next_batch() return None, nothing said.
+            raise RuntimeError("the forwarder was stopped: a stopped BatchForwarder does not "
+                               "start again; make a new one")
         if self._runner is None:
             self._runner = asyncio.create_task(self.run(self._stop))
         ready = asyncio.ensure_future(self.runtime.progress.wait_until(lambda: self.ready))
@@ -223,6 +228,7 @@ class BatchForwarder(EngineCore):
         partition, a batch already forwarded or dropped."""
         check_destination(batch, topic, partition, callback)
         check_undecided(batch, "forward")
+        self._check_running("forward")
         future = batch.future()
         if callback is not None:
             batch.add_done_callback(_guarded(callback, "callback"))
@@ -233,7 +239,16 @@ class BatchForwarder(EngineCore):
         """Do not forward ``batch``; its offsets count as done. ``ValueError`` for a batch
         already forwarded or dropped."""
         check_undecided(batch, "drop")
+        self._check_running("drop")
         self.batch_dropped(batch)
+
+    def _check_running(self, what: str) -> None:
+        """``RuntimeError`` once ``stop()`` was called: nothing forwarded after it would be
+        acknowledged (its future never resolved) or committed."""
+        if self._stop.is_set():
+            raise RuntimeError(f"the forwarder is stopped: cannot {what} a batch after stop() "
+                               "(its records are fetched again by the next start from the "
+                               "last commit)")
 
 
 def _guarded(fn: AckCallback, what: str) -> AckCallback:
@@ -469,6 +484,11 @@ class SyncBatchForwarder:
 
     # ---- queries ----
     def stats(self) -> EngineStats:
+        """The engine's statistics; after ``close`` its last ones (as ``BatchForwarder.stats``
+        gives them after ``stop``), read here since no loop runs any more."""
+        if self._closed and not self._thread.is_alive():
+            return self.forwarder.stats()
+
         async def stats() -> EngineStats:
             return self.forwarder.stats()
         return self._run(stats())

@@ -298,3 +298,34 @@ def test_a_missing_target_topic_is_told_once_for_all_its_partitions(
         time.sleep(2)          # the other partitions' lookups reach the same count meanwhile
     assert caplog.text.count(f"has no topic {missing}") == 1, caplog.text[-3000:]
     assert "more partition" in caplog.text
+
+
+def test_a_stopped_forwarder_refuses_what_it_can_no_longer_do(source_cluster, target_cluster,
+                                                               unique_topic):
+    """After ``stop()``, ``forward`` returned a future that never resolved (and logged "cluster
+    is closed"), and ``start()`` again returned normally with nothing running; the sync
+    forwarder's ``stats()`` after ``close()`` raised "the forwarder is closed"."""
+    topic = unique_topic("stopped")
+    load_topic(source_cluster, topic, 50, partitions=1)
+
+    async def scenario() -> None:
+        fwd = BatchForwarder(source_cluster.client_config(), target_cluster.client_config(),
+                             topics=[topic], settings={**FAST, "group.id": group()})
+        await fwd.start()
+        batch = await fwd.next_batch(30)
+        assert batch is not None
+        await fwd.stop()
+        with pytest.raises(RuntimeError, match="the forwarder is stopped: cannot forward a "
+                                               "batch after stop()"):
+            fwd.forward(batch, f"{topic}-copy", 0)
+        with pytest.raises(RuntimeError, match="cannot drop a batch after stop()"):
+            fwd.drop(batch)
+        with pytest.raises(RuntimeError, match="a stopped BatchForwarder does not start again"):
+            await fwd.start()
+        assert fwd.stats().partitions           # still readable
+
+    asyncio.run(scenario())
+    with SyncBatchForwarder(source_cluster.client_config(), target_cluster.client_config(),
+                            topics=[topic], settings={**FAST, "group.id": group()}) as sync:
+        assert sync.next_batch(timeout_s=30) is not None
+    assert (topic, 0) in sync.stats().partitions
