@@ -152,8 +152,11 @@ def test_until_caught_up_raises_when_partitions_stopped(source_cluster, target_c
     message = str(caught.value)
     assert "2 of 2 partitions of cluster source stopped" in message, message
     assert f"{topic}-0: " in message and "max.request.size=4096" in message
-    assert caught.value.stats.records == 0
-    assert set(caught.value.stats.stopped) == {(topic, 0), (topic, 1)}
+    stats = caught.value.stats
+    assert set(stats.stopped) == {(topic, 0), (topic, 1)}
+    # Nothing from the first batch too large on: a partition's first record may go alone in a
+    # batch that fits (Kafka's producer did that here), and only what precedes the stop is there.
+    assert stats.records == sum(p.position for p in stats.partitions.values()) < 600
 
 
 def test_a_target_gone_for_reconnect_deadline_ms_mid_run_fails_the_run(
