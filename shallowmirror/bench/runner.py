@@ -68,6 +68,7 @@ from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.metrics_schema import BENCH_RUN, MODES
+from shallowmirror.testing.embedded import pid_gone
 from shallowmirror.testing.workload import plan_problem
 
 log = logging.getLogger(__name__)
@@ -200,11 +201,7 @@ class Clusters:
         """What is wrong when an embedded cluster's broker has exited (killed, crashed, or
         stopped by a Ctrl-C sent to the bench's process group), else None."""
         for alias, pid in self.broker_pids.items():
-            try:
-                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                alive = False
-            if not alive:
+            if pid_gone(pid):
                 where = self.broker_logs.get(alias)
                 return (f"the broker of the {alias} cluster the bench started (pid {pid}) "
                         f"exited" + (f"; its log: {where}" if where else ""))
