@@ -11,7 +11,7 @@ import contextlib
 import datetime as _dt
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,49 +179,45 @@ def _may_hold_records(files: Sequence[Path]) -> bool:
     return False
 
 
-def _count_unreportable(files: Sequence[Path]) -> tuple[int, int]:
-    """(lines that are not JSON objects, JSON objects of another kind) in ``files``, as the
-    Spark job counts them, for inputs with nothing to report."""
+def _lines(files: Sequence[Path]) -> Iterator[tuple[Path, int, bool, bool]]:
+    """(file, line number, a JSON object?, the file's last line cut short?) of every non-blank
+    line of ``files``, as the Spark job tells JSON objects from the rest."""
     import json
 
-    malformed = unknown = 0
-    for path in files:
-        with open(path, "rb") as lines:
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    malformed += 1
-                    continue
-                if isinstance(record, dict):
-                    unknown += 1
-                else:
-                    malformed += 1
-    return malformed, unknown
-
-
-def _unreadable_lines(files: Sequence[Path], most: int = 5) -> list[str]:
-    """Where the lines that are not JSON objects are ("results.jsonl line 57 (cut short?)"),
-    the first ``most`` of them."""
-    import json
-
-    found: list[str] = []
     for path in files:
         with open(path, "rb") as lines:
             for number, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
                 try:
-                    if isinstance(json.loads(line), dict):
-                        continue
+                    is_object = isinstance(json.loads(line), dict)
                 except ValueError:
-                    pass
-                last = not line.endswith(b"\n")
-                found.append(f"{path} line {number}" + (" (the last, cut short?)" if last else ""))
-                if len(found) == most:
-                    return found + ["..."]
+                    is_object = False
+                yield path, number, is_object, not line.endswith(b"\n")
+
+
+def _count_unreportable(files: Sequence[Path]) -> tuple[int, int]:
+    """(lines that are not JSON objects, JSON objects of another kind) in ``files``, as the
+    Spark job counts them, for inputs with nothing to report."""
+    malformed = unknown = 0
+    for _path, _number, is_object, _cut in _lines(files):
+        if is_object:
+            unknown += 1
+        else:
+            malformed += 1
+    return malformed, unknown
+
+
+def _unreadable_lines(files: Sequence[Path], most: int = 5) -> list[str]:
+    """Where the lines that are not JSON objects are ("results.jsonl line 57 (cut short?)"),
+    the first ``most`` of them."""
+    found: list[str] = []
+    for path, number, is_object, cut in _lines(files):
+        if is_object:
+            continue
+        found.append(f"{path} line {number}" + (" (the last, cut short?)" if cut else ""))
+        if len(found) == most:
+            return found + ["..."]
     return found
 
 
