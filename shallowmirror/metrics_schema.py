@@ -32,7 +32,8 @@ kind = "bench_run" — written by the benchmark harness, one per mirror run:
     latency_ms_samples [float] (end-to-end: source append -> target append),
     progress_samples [[t_since_start_s, records_on_target, compressed_bytes_on_target]],
     rss_samples [[t_since_start_s, rss_bytes]],
-    ok (bool), error (str | null),
+    ok (bool), error (str | null: what went wrong, then ``STDERR_TAIL`` and the end of the
+    mode's stderr when it said anything),
     machine {hostname, cpus, python, platform, memory_bytes}, version, codec_impl ("native"|"python")
 """
 
@@ -56,5 +57,7 @@ BENCH_RUN_FIELDS = (
     "latency_ms_samples", "progress_samples", "rss_samples", "ok", "error", "machine", "version",
     "codec_impl",
 )
+#: In a bench_run's ``error``: what follows is the end of the mode's stderr (the report folds it).
+STDERR_TAIL = "; stderr tail: "
 MODES = ("shallow", "deep-confluent", "deep-kafka-python", "external", "fetch-only", "mm2")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -67,7 +67,7 @@ from shallowmirror.bench.progress import ProgressBar
 from shallowmirror.bench.sampling import ProcessTreeSampler, wait_rusage
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.errors import ShallowMirrorError
-from shallowmirror.metrics_schema import BENCH_RUN, MODES
+from shallowmirror.metrics_schema import BENCH_RUN, MODES, STDERR_TAIL
 from shallowmirror.testing.embedded import pid_gone
 from shallowmirror.testing.workload import plan_problem
 
@@ -498,7 +498,7 @@ def _run(config: BenchConfig, clusters: Clusters, workload: Workload,
         if mm2_run is not None:
             tail = (f"{tail}\n{mm2_run.log_tail()}".strip() +
                     f" (MirrorMaker 2 files kept in {mm2_run.work_dir})")
-        record["error"] = "; ".join(problems) + (f"; stderr tail: {tail}" if tail else "")
+        record["error"] = "; ".join(problems) + (f"{STDERR_TAIL}{tail}" if tail else "")
     elif mm2_run is not None:
         mm2_run.remove()
     stderr_file.close()

@@ -348,7 +348,7 @@ def _error_cell(row: Row) -> str:
     under its last line (a traceback's exception), which is what says why; the whole tail in
     one unwrapped cell ran off the page."""
     error = str(row.get("error") or "–")
-    head, _, tail = error.partition("; stderr tail: ")
+    head, _, tail = error.partition(ms.STDERR_TAIL)
     text = f"<div>{html.escape(head)}</div>"
     lines = [line for line in tail.strip().splitlines() if line.strip()]
     if lines:
