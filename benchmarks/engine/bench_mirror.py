@@ -3,7 +3,8 @@ the brokers' CPU, and peak RSS against buffer.memory.
 
     .venv/bin/python benchmarks/engine/bench_mirror.py [--records 1000000 | none=3000000,...]
         [--codecs none,gzip,snappy,lz4,zstd] [--repeat 3] [--buffer-memory 67108864]
-        [--set KEY=VALUE ...] [--mirror-set KEY=VALUE ...] [--py-spy DIR] [--out bench_mirror.jsonl]
+        [--set KEY=VALUE ...] [--mirror-set KEY=VALUE ...] [--py-spy DIR] [--perf DIR]
+        [--out bench_mirror.jsonl]
         [--broker tansu|kafka] [--kafka-home DIR] [--value-bytes 200]
         [--batch-bytes 1000000 | 16384,262144] [--partitions 8] [--baseline DIR]
         [--process engine|mirror]
@@ -252,7 +253,8 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
 
 def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int, int],
                buffer_memory: int, broker_pids: list[int], sets: list[str],
-               py_spy: str | None, pythonpath: str | None = None) -> dict:
+               py_spy: str | None, pythonpath: str | None = None,
+               perf: str | None = None) -> dict:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     cmd = [sys.executable, "-m", "shallowmirror.engine.run", "--source", source, "--target",
            target, "--topics", topic, "--prefix", prefix, "--log-level", "WARNING",
@@ -276,6 +278,14 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
                                                         "py-spy"), "record", "--pid",
                  str(proc.pid), "--rate", "200", "--format", "raw", "-o", py_spy,
                  "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+        if perf:
+            os.makedirs(os.path.dirname(perf) or ".", exist_ok=True)
+            # Native stacks (CPython's C functions, the codec, libc, the kernel's syscalls):
+            # where a batch's CPU goes below the interpreter, which py-spy does not see.
+            spy = subprocess.Popen(["perf", "record", "-F", "997", "-g", "-p", str(proc.pid),
+                                    "-o", perf], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
             time.sleep(0.5)
         result = _watch_mirror(proc, watcher, ends, broker_pids)
     finally:
@@ -392,6 +402,8 @@ def main() -> int:
     parser.add_argument("--phases", default="fetch,produce,mirror",
                         help="comma list of fetch, produce, mirror, floor (floor: mirror_floor.c)")
     parser.add_argument("--py-spy", help="directory: record the mirror with py-spy (raw stacks)")
+    parser.add_argument("--perf", help="directory: record the mirror (--process engine) with "
+                                       "perf record -g (native stacks)")
     parser.add_argument("--out", default="bench_mirror.jsonl")
     parser.add_argument("--broker", choices=test_clusters.FLAVORS,
                         help="clusters started here: tansu (default) or Apache Kafka "
@@ -416,6 +428,9 @@ def main() -> int:
     if unknown:
         parser.error(f"--phases: {', '.join(sorted(unknown))} is not one of fetch, produce, "
                      "mirror, floor")
+    if args.perf and (args.py_spy or args.process != "engine"):
+        parser.error("--perf records the engine process alone: give it with --process engine "
+                     "and without --py-spy")
     stack = contextlib.ExitStack()
     flavor, clusters = stack.enter_context(
         test_clusters.source_and_target(args.broker, args.kafka_home))
@@ -491,7 +506,9 @@ def main() -> int:
                     else:
                         mr = mirror_run(source, target, topic, prefix, ends,
                                         args.buffer_memory, broker_pids,
-                                        args.set + args.mirror_set, spy, pythonpath)
+                                        args.set + args.mirror_set, spy, pythonpath,
+                                        os.path.join(args.perf, f"{codec}-{batch_bytes}-{name}"
+                                                     f"-{rep}.data") if args.perf else None)
                     run["mirror"] = mr
                     run["mirror_mb_s"] = total_bytes / 1e6 / mr["wall_s"]
                     run["cpu_s_per_gb"] = mr["cpu_s"] / (total_bytes / 1e9)
