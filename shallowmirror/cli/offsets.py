@@ -3,7 +3,9 @@ translation along a flow and the tools that move a group between clusters with i
 (``shallowmirror.replication``).
 
 Exit status: 0 done (or dry run printed), 1 refused (active members, nothing to translate, no
-offset translatable yet), 2 configuration error or a cluster that did not answer.
+offset translatable yet), 2 configuration error or a cluster that did not answer, 3 partly: some
+partitions have no translatable offset (named on stderr), the others were translated (and
+written with --execute).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Exact consumer-group offset translation along a flow, from the flow's "
                     "offset syncs (mm2-offset-syncs.<target>.internal) or checkpoints "
                     "(<source>.checkpoints.internal): a group moved with failover/failback "
-                    "re-reads nothing and skips nothing.",
+                    "re-reads nothing and skips nothing. Exit status: 0 done, 1 refused, 2 "
+                    "configuration error or a cluster that did not answer, 3 partly (some "
+                    "partitions have no translatable offset yet; the others were translated).",
         epilog=epilog(EXAMPLES))
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
@@ -106,7 +110,9 @@ def _move_action(actions: Any, common: argparse.ArgumentParser, name: str, *, he
     p = actions.add_parser(name, parents=[common], help=help, epilog=epilog(examples),
                            description=description + " A dry run unless --execute; refused "
                                                      "while the group has active members on "
-                                                     "--to.")
+                                                     "--to. Exit status 3: some partitions "
+                                                     "have no translated offset; the others "
+                                                     "were written (dry run: would be).")
     p.add_argument("--to", required=True, metavar="ALIAS", help=to_help)
     p.add_argument("--from", dest=from_dest, metavar="ALIAS", help=from_help)
     return p
@@ -195,7 +201,12 @@ def run_translate(args: argparse.Namespace) -> int:
     if len(missing) == len(rows):
         raise OffsetsCommandError(f"no offset of group {args.group!r} translates to "
                                   f"{flow.target} yet")
-    return 0
+    return PARTLY if missing else 0
+
+
+#: Exit status when some partitions had no translatable offset and the others were translated:
+#: a script moving a group must not take a partial move for a whole one.
+PARTLY = 3
 
 
 def _not_translatable(rows) -> str:
@@ -233,9 +244,20 @@ def _commit(alias: str, admin: dict, group: str, rows, execute: bool,
         raise OffsetsCommandError(f"nothing to write for group {group!r}")
     if not execute:
         print(dry_run_summary(group, alias, offsets, groups.committed(group)))
-        return 0
+        if missing:
+            print(f"--execute would leave {_partitions(len(missing))} of group {group} on "
+                  f"cluster {alias} as {'it is' if len(missing) == 1 else 'they are'} (no "
+                  "translated offset: see above)", file=sys.stderr)
+        return PARTLY if missing else 0
     groups.commit(group, offsets)
     print(f"wrote {_offsets(len(offsets))} of group {group} on cluster {alias}")
+    if missing:
+        print(f"partly done: {_partitions(len(missing))} of group {group} on cluster {alias} "
+              f"{'was' if len(missing) == 1 else 'were'} not written (no translated offset: "
+              "see above); where the group has no offset there, its consumers start where "
+              "their auto.offset.reset says; run this again once the mirror has copied them",
+              file=sys.stderr)
+        return PARTLY
     return 0
 
 
@@ -257,6 +279,10 @@ def dry_run_summary(group: str, alias: str, offsets: list[CommittedOffset],
 
 def _offsets(n: int) -> str:
     return f"{n} offset" if n == 1 else f"{n} offsets"
+
+
+def _partitions(n: int) -> str:
+    return f"{n} partition" if n == 1 else f"{n} partitions"
 
 
 def _these(n: int) -> str:

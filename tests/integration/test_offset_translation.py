@@ -437,3 +437,42 @@ def test_translate_before_anything_is_mirrored_says_so_and_fails(source_cluster,
     assert f"not translatable yet (nothing mirrored): {topic}-0, {topic}-1" in result.stderr
     assert f"no offset of group '{group}' translates to B yet" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_partial_failover_writes_what_translates_names_the_rest_and_exits_3(
+        source_cluster, target_cluster, tmp_path, unique_topic):
+    """One topic of the group mirrored, the other created after the mirror ran. failover wrote
+    the first, printed the second as 'not translatable yet' and exited 0, as after a whole
+    move: a script could not tell it had left partitions behind."""
+    mirrored, later = unique_topic("copied"), unique_topic("later")
+    load(source_cluster, Workload(mirrored, records=200, partitions=1, value_bytes=40))
+    props = mm2_properties(tmp_path / "mm2.properties", source_cluster, target_cluster,
+                           **MIRROR, topics=f"{mirrored},{later}")
+    run_until_caught_up("mirror", str(props))
+    load(source_cluster, Workload(later, records=50, partitions=1, value_bytes=40))
+    group = f"partial-{uuid.uuid4().hex[:8]}"
+    Groups(source_cluster.client_config(), alias="A").commit(
+        group, [CommittedOffset(mirrored, 0, 120, ""), CommittedOffset(later, 0, 10, "")])
+    flow = load_mm2(props).flows[0]
+    remote = flow.remote_topic(mirrored)
+    pairs = mirrored_pairs(source_cluster, mirrored, target_cluster, remote)[0]
+
+    translated = run_cli("offsets", "translate", str(props), "--group", group)
+    assert translated.returncode == 3, translated.stdout + translated.stderr
+    assert f"not translatable yet (nothing mirrored): {later}-0" in translated.stderr
+
+    dry = run_cli("offsets", "failover", str(props), "--group", group, "--to", "B", "--live")
+    assert dry.returncode == 3, dry.stdout + dry.stderr
+    assert f"--execute would leave 1 partition of group {group} on cluster B" in dry.stderr
+    assert Groups(target_cluster.client_config(), alias="B").committed(group) == []
+
+    done = run_cli("offsets", "failover", str(props), "--group", group, "--to", "B", "--live",
+                   "--execute")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"wrote 1 offset of group {group} on cluster B" in done.stdout
+    assert f"partly done: 1 partition of group {group} on cluster B was not written" in \
+        done.stderr
+    assert "Traceback" not in done.stderr
+    written = Groups(target_cluster.client_config(), alias="B").committed(group)
+    assert [(c.topic, c.partition, c.offset) for c in written] == [
+        (remote, 0, expected_position(pairs, 120))]
