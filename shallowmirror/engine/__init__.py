@@ -16,9 +16,10 @@ from .hooks import BatchAck, EngineHooks, HookError
 from .metrics import JsonLinesMetricsSink, ListMetricsSink, MetricsSink, NullMetricsSink
 from .offsets import MapRow, OffsetMap
 from .sink import MessageTooLargeError
+from .supervisor import EngineTaskError
 
 __all__ = [
-    "ENGINE_SETTINGS", "BatchAck", "BatchForwarder", "EngineHooks", "EngineStats", "FetchedBatch",
+    "ENGINE_SETTINGS", "BatchAck", "BatchForwarder", "EngineHooks", "EngineTaskError", "EngineStats", "FetchedBatch",
     "HookError", "JsonLinesMetricsSink", "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
     "NullMetricsSink", "OffsetMap", "PartitionStats", "ensure_target_topics", "identity_mapper",
     "mirror", "mirror_async", "prefix_mapper", "SyncBatchForwarder",

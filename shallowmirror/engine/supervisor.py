@@ -14,7 +14,9 @@ Three kinds of work, one rule each:
 
 A failure reaches ``on_fatal`` once per task as an ``EngineTaskError`` that names the task and
 where it ran (cluster, topic, partition), chained to the original error (``__cause__``), which
-``.error`` also holds. Tasks still running when the engine stops are cancelled by ``cancel_all``.
+``.error`` also holds; a ``HookError`` (an embedder's hook callback raised) reaches it as it is,
+since it names the hook and the callback and the work it interrupted is not what failed. Tasks
+still running when the engine stops are cancelled by ``cancel_all``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from shallowmirror.engine.backoff import Backoff
+from shallowmirror.engine.hooks import HookError
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -99,6 +102,13 @@ class Supervisor:
         """Work that runs in no task of its own (a future's done callback) ended with ``err``,
         which no retry fixes: fail the engine exactly as that work failing in a ``spawn``-ed
         task would (asyncio only logs what escapes a callback, so it must come here)."""
+        if isinstance(err, HookError):
+            # The embedder's own callback raised: the error names the hook and the callback, and
+            # the work it interrupted ("produce request to ...") is not what failed. Its cause's
+            # traceback is the embedder's code.
+            log.error("%s", err, exc_info=err.__cause__)
+            self._on_fatal(err)
+            return
         if not isinstance(err, EngineTaskError):
             cause = err
             err = EngineTaskError(_text(what), cause, _where(where))
@@ -108,6 +118,10 @@ class Supervisor:
 
     def thread_failed(self, err: BaseException, *, what: str, where: Where | None = None) -> None:
         """A supervised thread ended with ``err`` (callable from any thread)."""
+        if isinstance(err, HookError):
+            log.error("%s", err, exc_info=err.__cause__)
+            self._on_fatal(err)
+            return
         log.error("%s failed: %s", what, err, exc_info=_traceback_for(err))
         self._on_fatal(EngineTaskError(what, err, where))
 

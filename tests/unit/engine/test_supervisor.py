@@ -182,3 +182,18 @@ def test_work_outside_a_task_fails_the_engine_as_a_failing_task_would():
 
 async def _report_async(sup: Supervisor, err: BaseException) -> None:
     sup.work_failed(err, what="y")
+
+
+def test_a_hook_error_fails_the_engine_as_it_is():
+    """A hook callback that raised was wrapped in an EngineTaskError blaming the work it
+    interrupted (a produce request); the HookError names the hook and callback itself."""
+    from shallowmirror.engine.hooks import HookError
+
+    cause = ValueError("store down")
+    hook_error = HookError("batch acknowledged hook 'mine' failed: ValueError: store down")
+    hook_error.__cause__ = cause
+    fatal: list[BaseException] = []
+    sup = Supervisor(fatal.append, lambda: None)
+    sup.work_failed(hook_error, what="produce request to target broker 1")
+    sup.thread_failed(hook_error, what="membership")
+    assert fatal == [hook_error, hook_error]
