@@ -322,7 +322,8 @@ async def mirror_async(source_config: Mapping[str, Any], target_config: Mapping[
                        source_alias: str = "source", target_alias: str = "target",
                        **settings: Any) -> EngineStats:
     """Mirror ``topics`` until ``stop`` is set, or (``until_caught_up``) every partition's
-    committed position reaches the source high watermark, or ``timeout_s`` passes.
+    committed position reaches the source high watermark, or ``timeout_s`` passes; the stats'
+    ``ended_by`` says which (``"stop"``, ``"caught_up"``, ``"timeout"``).
 
     ``settings`` are engine keys with dots written as underscores or as given
     (``fetch_max_bytes=...`` or ``**{"fetch.max.bytes": ...}``). With ``until_caught_up``, no
@@ -372,17 +373,26 @@ async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Ma
             raise
         if not created:
             engine.metrics.close()
-            return engine.stats()
+            stats = engine.stats()
+            stats.ended_by = "stop" if own_stop.is_set() else "timeout"
+            return stats
     task = asyncio.create_task(engine.run(own_stop))
     # Whichever comes first ends the run: the engine ends (its error), stop, caught up (or
     # nothing to mirror), timeout.
     watchers = {asyncio.ensure_future(own_stop.wait())}
-    if until_caught_up:
-        watchers.add(asyncio.ensure_future(_caught_up(engine, topics, asked)))
+    caught_up = asyncio.ensure_future(_caught_up(engine, topics, asked)) if until_caught_up \
+        else None
+    if caught_up is not None:
+        watchers.add(caught_up)
+    ended_by = "stop"
     try:
-        await asyncio.wait({task, *watchers},
-                           timeout=None if deadline is None else max(0.0, deadline - loop.time()),
-                           return_when=asyncio.FIRST_COMPLETED)
+        done, _pending = await asyncio.wait(
+            {task, *watchers}, timeout=None if deadline is None else max(
+                0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            ended_by = "timeout"
+        elif caught_up in done and caught_up.exception() is None:
+            ended_by = "caught_up"
     finally:
         own_stop.set()
         for watcher in watchers:
@@ -398,6 +408,7 @@ async def _mirror(call: str, source_config: Mapping[str, Any], target_config: Ma
         if not watcher.cancelled() and watcher.exception() is not None:
             raise watcher.exception()
     stats = engine.stats()
+    stats.ended_by = ended_by
     if until_caught_up and stats.stopped:
         raise _stopped_error(call, stats, engine.source_alias)
     return stats

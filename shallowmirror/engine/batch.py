@@ -186,6 +186,10 @@ class EngineStats:
     #: (records, batches, bytes) mirrored of partitions no longer owned (revoked, or their
     #: topic deleted): ``records``, ``batches`` and ``bytes`` are this engine's totals.
     released: tuple[int, int, int] = (0, 0, 0)
+    #: Why ``mirror()``/``mirror_async()`` returned: ``"caught_up"`` (``until_caught_up``: every
+    #: partition reached the source's end), ``"stop"`` (the stop event) or ``"timeout"``
+    #: (``timeout_s`` passed first); ``""`` from ``stats()`` of an engine or forwarder.
+    ended_by: str = ""
 
     @property
     def records(self) -> int:

@@ -264,3 +264,23 @@ def test_a_cancel_during_the_final_commit_does_not_lose_it(source_cluster, targe
     assert {tp.partition: tp.offset for tp in committed} == {
         p: len(records) for p, records in target.items()}
     assert sum(map(len, target.values())) == 3000
+
+
+def test_the_stats_say_why_the_run_ended(source_cluster, target_cluster, unique_topic):
+    """``mirror(until_caught_up=True, timeout_s=N)`` returned the same stats whether it had
+    caught up or run out of time: a caller could not tell a finished copy from a cut one."""
+    topic = unique_topic("ended")
+    load_topic(source_cluster, topic, 200, partitions=1)
+    source, target = source_cluster.client_config(), target_cluster.client_config()
+    caught = mirror(source, target, [topic], topic_mapper=prefix_mapper("e1"),
+                    until_caught_up=True, timeout_s=60, **{**FAST, "group.id": group()})
+    assert (caught.ended_by, caught.records) == ("caught_up", 200)
+    timed = mirror(source, target, [topic], topic_mapper=prefix_mapper("e2"), timeout_s=3,
+                   **{**FAST, "group.id": group()})
+    assert timed.ended_by == "timeout"
+    stop = threading.Event()
+    timer = threading.Timer(3.0, stop.set)
+    timer.start()
+    stopped = mirror(source, target, [topic], topic_mapper=prefix_mapper("e3"), stop=stop,
+                     timeout_s=120, **{**FAST, "group.id": group()})
+    assert stopped.ended_by == "stop"
