@@ -11,6 +11,7 @@ written with --execute).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -188,7 +189,7 @@ def run_translate(args: argparse.Namespace) -> int:
     from shallowmirror.replication.translate import translate_offsets
 
     flow = _pick_flow(load_mm2(args.config, allow_unknown_keys=args.allow_unknown_keys), name=args.flow)
-    rows = translate_offsets(flow, args.group, timeout_s=args.timeout)
+    rows = _from_the_start(translate_offsets(flow, args.group, timeout_s=args.timeout))
     if not rows:
         raise OffsetsCommandError(f"group {args.group!r} has no committed offsets on cluster "
                                   f"{flow.source} for topics flow {flow.name} mirrors")
@@ -202,6 +203,16 @@ def run_translate(args: argparse.Namespace) -> int:
         raise OffsetsCommandError(f"no offset of group {args.group!r} translates to "
                                   f"{flow.target} yet")
     return PARTLY if missing else 0
+
+
+def _from_the_start(rows: list) -> list:
+    """Rows where the group is at offset 0 with nothing of the partition mirrored yet translate
+    to 0: the group has read none of it, and every record on the other side is a copy of one
+    it has not read (or, failing back, one it never saw), so starting there skips nothing and
+    re-reads nothing. Without this an empty partition, which a group commits 0 for, left every
+    ordinary move 'partly' done."""
+    return [dataclasses.replace(r, downstream=0) if r.downstream is None and r.upstream == 0
+            else r for r in rows]
 
 
 #: Exit status when some partitions had no translatable offset and the others were translated:
@@ -301,6 +312,7 @@ def run_failover(args: argparse.Namespace) -> int:
     else:
         rows = _checkpointed_rows(flow, args.group, args.timeout)
         how = f"from the checkpoints on {flow.target}"
+    rows = _from_the_start(rows)
     if not rows:
         raise OffsetsCommandError(f"no offsets for group {args.group!r} {how}")
     print(f"failover of group {args.group} to {flow.target} ({how}):")
@@ -315,7 +327,7 @@ def run_failback(args: argparse.Namespace) -> int:
     from shallowmirror.replication.translate import translate_back
 
     flow = _pick_flow(load_mm2(args.config, allow_unknown_keys=args.allow_unknown_keys), source=args.to, target=args.target)
-    rows = translate_back(flow, args.group, timeout_s=args.timeout)
+    rows = _from_the_start(translate_back(flow, args.group, timeout_s=args.timeout))
     if not rows:
         raise OffsetsCommandError(f"group {args.group!r} has no committed offsets on cluster "
                                   f"{flow.target} for topics flow {flow.name} mirrors")
