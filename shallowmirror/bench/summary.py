@@ -47,6 +47,34 @@ def run_metrics(record: dict) -> dict | None:
     }
 
 
+#: Below this much CPU (user + sys, seconds) a run's CPU per GB is mostly the clock's 10 ms
+#: ticks: 0.1 s of CPU is 10 ticks, +-10%, enough to put shallow above deep.
+MIN_RELIABLE_CPU_S = 0.5
+#: Below this wall time a run's MB/s is mostly start and end effects (the first fetch, the last
+#: acknowledgement, the 20 ms end probe).
+MIN_RELIABLE_WALL_S = 1.0
+
+
+def short_runs(records: Iterable[dict]) -> list[str]:
+    """One line per (workload, mode) whose ok runs were too short to measure: CPU under
+    ``MIN_RELIABLE_CPU_S`` or wall time under ``MIN_RELIABLE_WALL_S`` (median of the runs)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        if r.get("kind", "bench_run") == "bench_run" and run_metrics(r):
+            groups.setdefault((r["workload_id"], r["mode"]), []).append(r)
+    lines = []
+    for (workload_id, mode), runs in groups.items():
+        wall = statistics.median(r["wall_s"] for r in runs)
+        cpu = statistics.median((r.get("cpu_user_s") or 0.0) + (r.get("cpu_sys_s") or 0.0)
+                                for r in runs)
+        if cpu < MIN_RELIABLE_CPU_S or wall < MIN_RELIABLE_WALL_S:
+            lines.append(f"{mode} on {workload_id}: {wall:.2f} s and {cpu:.2f} CPU s per run "
+                         f"(median), too short for its MB/s and CPU per GB to mean much (at "
+                         f"least {MIN_RELIABLE_WALL_S:.0f} s and {MIN_RELIABLE_CPU_S} CPU s); "
+                         "give it more records")
+    return lines
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100) — exact on the samples, no interpolation."""
     if not values:

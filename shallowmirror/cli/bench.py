@@ -178,6 +178,8 @@ def _run_and_report(args: argparse.Namespace, config: BenchConfig) -> int:
     ratio_text = summary.format_ratios(summary.ratios(table))
     if ratio_text:
         print("\n" + ratio_text)
+    for line in summary.short_runs(records):
+        print(f"warning: {line}", file=sys.stderr)
     print(f"\n{len(records)} runs appended to {args.out}")
     ok = all(r["ok"] for r in records)
     if args.report and not _report(args.out, args.report):

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from shallowmirror.bench.summary import format_table, percentile, ratios, rows, run_metrics
+from shallowmirror.bench.summary import (
+    format_table,
+    percentile,
+    ratios,
+    rows,
+    run_metrics,
+    short_runs,
+)
 
 
 def _run(mode, wall_s, cpu_s, rss, *, ok=True, latency=(), workload_id="lz4-w", codec="lz4"):
@@ -48,3 +55,19 @@ def test_percentile_is_nearest_rank():
     assert percentile([5, 1, 3, 2, 4], 50) == 3
     assert percentile(list(range(1, 101)), 99) == 99
     assert percentile([7], 99) == 7
+
+
+def test_runs_too_short_to_measure_are_named():
+    """A bench of a few thousand records printed CPU per GB from a few 10 ms ticks, and could
+    put shallow above deep, with no word that the figures were noise."""
+    records = [
+        _run("shallow", 0.3, 0.08, 1), _run("shallow", 0.4, 0.1, 1),
+        _run("deep-confluent", 2.0, 1.2, 1),              # long enough
+        _run("fetch-only", 5.0, 0.2, 1),                  # long, but 20 ticks of CPU
+        _run("mm2", 0.1, 0.05, 1, ok=False),              # failed: nothing to judge
+    ]
+    lines = short_runs(records)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("shallow on lz4-w: 0.35 s and 0.09 CPU s per run (median)")
+    assert lines[1].startswith("fetch-only on lz4-w: 5.00 s and 0.20 CPU s")
+    assert "give it more records" in lines[0]
