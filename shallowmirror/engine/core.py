@@ -297,6 +297,14 @@ class EngineCore:
                     self.fail(err)           # run() raises it once shutdown is done
         for sp in self.partitions.values():
             sp.abandon_pending(release=True)
+        if self.partitions:
+            # Stopping gives every partition up, as Kafka's consumers call onPartitionsRevoked
+            # when they close: an embedder that tracks ownership from these hooks saw partitions
+            # assigned and never released. (They stay in stats().)
+            try:
+                self.hooks.partitions_revoked(list(self.partitions))
+            except HookError as err:
+                self.fail(err)
         self.metrics.close()
         for cluster in (self.source, self.target):
             if cluster is not None:

@@ -12,7 +12,8 @@ attach to the engine without editing the core.
 - ``partitions_assigned(list[TP])``: the engine owns these partitions from now on (their start
   positions are known, fetching starts).
 - ``partitions_revoked(list[TP])``: the engine gave these up (after finishing or abandoning what
-  was in flight).
+  was in flight): on a rebalance or a change of topics, and every partition still owned when the
+  engine stops (after its final commit), as a Kafka consumer's ``onPartitionsRevoked`` at close.
 - ``target_partition_unknown(TP)``: the target does not have this *target* topic-partition
   (it answered UNKNOWN_TOPIC_OR_PARTITION the first time since it last took a batch there, or
   its metadata lacks the topic or the partition): the topic was deleted, or has fewer partitions
