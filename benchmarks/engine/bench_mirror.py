@@ -251,6 +251,12 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
             "broker_wait_s": brokers.wait_s}
 
 
+def _py_spy() -> str | None:
+    """The py-spy executable: on PATH, else beside this interpreter (the venv's); None."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
+
+
 def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int, int],
                buffer_memory: int, broker_pids: list[int], sets: list[str],
                py_spy: str | None, pythonpath: str | None = None,
@@ -274,8 +280,7 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
     try:
         if py_spy:
             spy = subprocess.Popen(
-                [shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable),
-                                                        "py-spy"), "record", "--pid",
+                [_py_spy(), "record", "--pid",
                  str(proc.pid), "--rate", "200", "--format", "raw", "-o", py_spy,
                  "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
@@ -431,6 +436,10 @@ def main() -> int:
     if args.perf and (args.py_spy or args.process != "engine"):
         parser.error("--perf records the engine process alone: give it with --process engine "
                      "and without --py-spy")
+    if args.py_spy and not _py_spy():
+        parser.error("--py-spy needs py-spy, which is not installed: .venv/bin/pip install py-spy")
+    if args.perf and not shutil.which("perf"):
+        parser.error("--perf needs Linux perf on PATH (Debian: apt-get install linux-perf)")
     stack = contextlib.ExitStack()
     flavor, clusters = stack.enter_context(
         test_clusters.source_and_target(args.broker, args.kafka_home))

@@ -94,3 +94,18 @@ def test_bench_mirror_refuses_an_unknown_phase():
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2
     assert "--phases: flor is not one of fetch, produce, mirror, floor" in done.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--perf", "/tmp/unused", "--process", "mirror"], "--perf records the engine process alone"),
+    (["--perf", "/tmp/unused", "--py-spy", "/tmp/unused"], "--perf records the engine process"),
+])
+def test_bench_mirror_refuses_profilers_it_cannot_run(args, says):
+    """--py-spy without py-spy installed ended the first mirror run with a traceback, after
+    the whole load; --perf of the mirror process would record the wrong process."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine" / "bench_mirror.py"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
