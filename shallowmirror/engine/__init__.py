@@ -17,10 +17,11 @@ from .metrics import JsonLinesMetricsSink, ListMetricsSink, MetricsSink, NullMet
 from .offsets import MapRow, OffsetMap
 from .sink import MessageTooLargeError
 from .supervisor import EngineTaskError
+from .topic_names import TopicMapperError
 
 __all__ = [
     "ENGINE_SETTINGS", "BatchAck", "BatchForwarder", "EngineHooks", "EngineTaskError", "EngineStats", "FetchedBatch",
     "HookError", "JsonLinesMetricsSink", "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
-    "NullMetricsSink", "OffsetMap", "PartitionStats", "ensure_target_topics", "identity_mapper",
+    "NullMetricsSink", "OffsetMap", "PartitionStats", "TopicMapperError", "ensure_target_topics", "identity_mapper",
     "mirror", "mirror_async", "prefix_mapper", "SyncBatchForwarder",
 ]

@@ -39,6 +39,7 @@ from shallowmirror.engine.batch import EngineStats
 from shallowmirror.engine.discovery import TopicsSpec, topic_predicate
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper
 from shallowmirror.engine.metrics import MetricsSink
+from shallowmirror.engine.topic_names import mapped_topic
 from shallowmirror.errors import (
     BrokerError,
     ConfigError,
@@ -185,7 +186,7 @@ def ensure_target_topics(source_config: Mapping[str, Any], target_config: Mappin
     for name, meta in sorted(src_topics.items()):
         if name.startswith("__") or meta.error is not None or not wanted(name):
             continue
-        target = topic_mapper(name)
+        target = mapped_topic(topic_mapper, name)
         if target not in existing:
             new.append(NewTopic(target, len(meta.partitions), -1,
                                 config={"compression.type": "producer"}))

@@ -14,6 +14,7 @@ from shallowmirror.engine.batch import FetchedBatch
 from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
+from shallowmirror.engine.topic_names import mapped_topic
 from shallowmirror.errors import ConfigError, OperatorActionRequired
 
 
@@ -61,13 +62,13 @@ class MirrorEngine(EngineCore):
         self.sources.route_all = self._by_topic_all
 
     def target_partition_of(self, tp: tuple[str, int]) -> tuple[str, int]:
-        return (self.topic_mapper(tp[0]), tp[1])
+        return (self._target_topic(tp[0]), tp[1])
 
     def check_clusters(self) -> None:
         """Refuse a listed topic that would be copied into itself: source and target are one
         cluster (whatever addresses reach it) and its name is kept."""
         for topic in self.discovery.listed or ():
-            self._refuse_copy_into_itself(topic, self.topic_mapper(topic))
+            self._refuse_copy_into_itself(topic, mapped_topic(self.topic_mapper, topic))
 
     def _one_cluster(self) -> str | None:
         """The cluster id when source and target are one cluster: the same id and the same
@@ -100,7 +101,7 @@ class MirrorEngine(EngineCore):
         its first batch (a pattern's topics are not known before)."""
         target_topic = self._mapped.get(topic)
         if target_topic is None:
-            target_topic = self.topic_mapper(topic)
+            target_topic = mapped_topic(self.topic_mapper, topic)
             self._refuse_copy_into_itself(topic, target_topic)
             self._mapped[topic] = target_topic
         return target_topic

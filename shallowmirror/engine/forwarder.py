@@ -34,9 +34,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
 import logging
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -48,6 +46,7 @@ from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFact
 from shallowmirror.engine.discovery import TopicsSpec
 from shallowmirror.engine.metrics import MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
+from shallowmirror.engine.topic_names import legal_topic
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +54,8 @@ T = TypeVar("T")
 
 AckCallback = Callable[[FetchedBatch, "int | None", "BaseException | None"], None]
 
-#: What Kafka accepts as a topic name.
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: How long closing waits for the forwarder thread's last tasks to end once cancelled.
 _CANCEL_WAIT_S = 10.0
-
-
-@functools.lru_cache(maxsize=1024)
-def _legal_topic(name: str) -> bool:
-    """A name Kafka accepts for a topic (asked once per name: forward() asks it per batch)."""
-    return _LEGAL_TOPIC.fullmatch(name) is not None and name not in (".", "..")
 
 
 def check_destination(batch: object, topic: object, partition: object,
@@ -77,7 +68,7 @@ def check_destination(batch: object, topic: object, partition: object,
     if not isinstance(topic, str):
         raise TypeError(f"forward(): the target topic must be a str, not "
                         f"{type(topic).__name__} {topic!r}")
-    if not _legal_topic(topic):
+    if not legal_topic(topic):
         raise ValueError(f"forward(): {topic!r} is not a legal Kafka topic name (1-249 of "
                          "a-z A-Z 0-9 . _ -)")
     if isinstance(partition, bool) or not isinstance(partition, int):

@@ -14,8 +14,9 @@ Three kinds of work, one rule each:
 
 A failure reaches ``on_fatal`` once per task as an ``EngineTaskError`` that names the task and
 where it ran (cluster, topic, partition), chained to the original error (``__cause__``), which
-``.error`` also holds; a ``HookError`` (an embedder's hook callback raised) reaches it as it is,
-since it names the hook and the callback and the work it interrupted is not what failed. Tasks
+``.error`` also holds; a ``HookError`` (an embedder's hook callback raised) or
+``TopicMapperError`` (its topic mapper returned no legal name) reaches it as it is, since it
+names the embedder's code and the work it interrupted is not what failed. Tasks
 still running when the engine stops are cancelled by ``cancel_all``.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from shallowmirror.engine.backoff import Backoff
 from shallowmirror.engine.hooks import HookError
+from shallowmirror.engine.topic_names import TopicMapperError
 from shallowmirror.errors import (
     BrokerError,
     ConnectionFailedError,
@@ -39,6 +41,10 @@ from shallowmirror.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Errors of the embedder's own code (a hook callback, a topic mapper): they name that code, and
+#: the engine's work they interrupted is not what failed, so they end the run as they are.
+EMBEDDER_ERRORS = (HookError, TopicMapperError)
 
 Describe = str | Callable[[], str]
 
@@ -102,10 +108,10 @@ class Supervisor:
         """Work that runs in no task of its own (a future's done callback) ended with ``err``,
         which no retry fixes: fail the engine exactly as that work failing in a ``spawn``-ed
         task would (asyncio only logs what escapes a callback, so it must come here)."""
-        if isinstance(err, HookError):
-            # The embedder's own callback raised: the error names the hook and the callback, and
-            # the work it interrupted ("produce request to ...") is not what failed. Its cause's
-            # traceback is the embedder's code.
+        if isinstance(err, EMBEDDER_ERRORS):
+            # The embedder's own code failed: the error names it (the hook and callback, the
+            # mapper and topic), and the work it interrupted ("produce request to ...") is not
+            # what failed. A cause's traceback is the embedder's code.
             log.error("%s", err, exc_info=err.__cause__)
             self._on_fatal(err)
             return
@@ -118,7 +124,7 @@ class Supervisor:
 
     def thread_failed(self, err: BaseException, *, what: str, where: Where | None = None) -> None:
         """A supervised thread ended with ``err`` (callable from any thread)."""
-        if isinstance(err, HookError):
+        if isinstance(err, EMBEDDER_ERRORS):
             log.error("%s", err, exc_info=err.__cause__)
             self._on_fatal(err)
             return

@@ -284,3 +284,29 @@ def test_the_stats_say_why_the_run_ended(source_cluster, target_cluster, unique_
     stopped = mirror(source, target, [topic], topic_mapper=prefix_mapper("e3"), stop=stop,
                      timeout_s=120, **{**FAST, "group.id": group()})
     assert stopped.ended_by == "stop"
+
+
+@pytest.mark.parametrize("create_topics", [True, False])
+def test_a_topic_mapper_that_returns_no_topic_name_fails_the_run_naming_it(
+        source_cluster, target_cluster, unique_topic, create_topics):
+    """A mapper returning an int failed inside confluent-kafka's NewTopic with its own
+    TypeError; one returning 'bad name' created that topic on tansu. Either way the error did
+    not say which mapper or source topic."""
+    from shallowmirror.engine import TopicMapperError
+
+    topic = unique_topic("mapped")
+    load_topic(source_cluster, topic, 50, partitions=1)
+
+    def broken(name: str) -> str:
+        return f"copy of {name}"
+
+    began = time.monotonic()
+    with pytest.raises(TopicMapperError) as caught:
+        mirror(source_cluster.client_config(), target_cluster.client_config(), [topic],
+               topic_mapper=broken, until_caught_up=True, timeout_s=60,
+               create_topics=create_topics, **{**FAST, "group.id": group()})
+    assert time.monotonic() - began < 30
+    assert f"'{broken.__qualname__}' returned 'copy of {topic}' for source topic {topic}" in \
+        str(caught.value)
+    with pytest.raises(TopicReadError):          # nothing was created under that name
+        read_topic(target_cluster, f"copy of {topic}")

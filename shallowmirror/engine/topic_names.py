@@ -1,0 +1,44 @@
+"""Kafka's rule for topic names, and the check of what a ``topic_mapper`` returns.
+
+A mapper is the embedder's code: what it returns goes into Produce requests and CreateTopics.
+A result that is not a ``str`` failed deep inside confluent-kafka's ``NewTopic`` or the encoder,
+and an illegal name was created as it was on tansu (Kafka refuses it), so it is checked once
+per source topic, where the name is first asked for, and the error names both.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+
+from shallowmirror.errors import ShallowMirrorError
+
+#: What Kafka accepts as a topic name (``org.apache.kafka.common.internals.Topic.validate``).
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+RULE = "1-249 of a-z A-Z 0-9 . _ -, not . or .."
+
+
+class TopicMapperError(ShallowMirrorError, ValueError):
+    """A ``topic_mapper`` returned something that is not a legal Kafka topic name."""
+
+
+@functools.lru_cache(maxsize=1024)
+def legal_topic(name: str) -> bool:
+    """A name Kafka accepts for a topic (cached: the forwarder asks it per batch)."""
+    return _LEGAL_TOPIC.fullmatch(name) is not None and name not in (".", "..")
+
+
+def mapped_topic(mapper: Callable[[str], str], topic: str) -> str:
+    """``mapper(topic)``, refused with ``TopicMapperError`` unless it is a legal topic name."""
+    target = mapper(topic)
+    if not isinstance(target, str):
+        raise TopicMapperError(
+            f"topic_mapper {getattr(mapper, '__qualname__', mapper)!r} returned "
+            f"{type(target).__name__} {target!r} for source topic {topic}: it must return the "
+            f"target topic's name, a str ({RULE})")
+    if not legal_topic(target):
+        raise TopicMapperError(
+            f"topic_mapper {getattr(mapper, '__qualname__', mapper)!r} returned {target!r} for "
+            f"source topic {topic}: not a legal Kafka topic name ({RULE})")
+    return target

@@ -1,0 +1,32 @@
+"""What a topic mapper returns is checked: a str that Kafka takes as a topic name."""
+
+from __future__ import annotations
+
+import pytest
+
+from shallowmirror.engine.topic_names import TopicMapperError, legal_topic, mapped_topic
+
+
+@pytest.mark.parametrize("name, legal", [
+    ("orders", True), ("A.orders-v2_x", True), ("x" * 249, True), ("x" * 250, False),
+    ("", False), (".", False), ("..", False), ("has space", False), ("a/b", False),
+    ("ünïcode", False),
+])
+def test_kafkas_rule(name, legal):
+    assert legal_topic(name) is legal
+
+
+def test_a_mapper_result_that_is_no_topic_name_is_refused_naming_both():
+    def to_int(topic: str) -> int:
+        return 5
+
+    with pytest.raises(TopicMapperError, match=r"topic_mapper '.*to_int' returned int 5 for "
+                                               r"source topic orders: it must return"):
+        mapped_topic(to_int, "orders")
+    with pytest.raises(TopicMapperError, match=r"returned 'src orders' for source topic "
+                                               r"orders: not a legal Kafka topic name"):
+        mapped_topic(lambda t: f"src {t}", "orders")
+    with pytest.raises(TopicMapperError, match="returned NoneType None"):
+        mapped_topic(lambda t: None, "orders")
+    assert mapped_topic(lambda t: f"src.{t}", "orders") == "src.orders"
+    assert isinstance(TopicMapperError("x"), ValueError)     # a bad value, as the API raises
