@@ -343,6 +343,27 @@ def _esc(name: str) -> Callable[[Row], str]:
     return lambda r: html.escape("–" if r.get(name) is None else str(r.get(name)))
 
 
+def _span_cell(row: Row) -> str:
+    """A flow's seconds from its first to its last metrics record; '–' when they are one
+    record time (0 s beside a records/s line contradicted the over-time panel)."""
+    span = row.get("span_s")
+    return "–" if not span else _num(span)
+
+
+def instant_flows_note(rows: list[Row]) -> str | None:
+    """What to say of flows whose records all came at one time: a run shorter than one metrics
+    interval has no measurable duration, so the table leaves its seconds and rates out."""
+    instant = [r for r in rows if not r.get("span_s") and r.get("records")]
+    if not instant:
+        return None
+    names = ", ".join(f"run {r.get('run_id')} flow {r.get('flow')} topic {r.get('topic')}"
+                      for r in instant[:5]) + (f" and {len(instant) - 5} more"
+                                               if len(instant) > 5 else "")
+    return (f"{names}: every record was reported at one time (the run was shorter than one "
+            "metrics.interval.ms), so its duration and throughput are unknown here; the panel "
+            "over time shows its records in a single window.")
+
+
 def _error_cell(row: Row) -> str:
     """A failed run's error: what the harness saw, then the mode's stderr tail folded away
     under its last line (a traceback's exception), which is what says why; the whole tail in
@@ -509,12 +530,15 @@ CPU = user + system seconds</p>""")
                 r["run_id"] or "", r["flow"] or "", r["topic"] or "")), [
                 ("run", _esc("run_id")), ("flow", _esc("flow")), ("topic", _esc("topic")),
                 ("mode", _esc("modes")), ("codec", _esc("codecs")), ("records", _f("records")),
-                ("MB compr.", _f("compressed_bytes", _mb)), ("seconds", _f("span_s")),
+                ("MB compr.", _f("compressed_bytes", _mb)), ("seconds", _span_cell),
                 ("MB/s compr.", _f("mb_s_compressed")), ("records/s", _f("records_s")),
                 ("p50 ms", _f("latency_p50")), ("p95 ms", _f("latency_p95")),
                 ("p99 ms", _f("latency_p99")), ("max ms", _f("latency_max")),
                 ("final lag", _f("final_offset_lag")),
             ]))
+            note = instant_flows_note(data.table("flow_totals"))
+            if note:
+                parts.append(f"<p class=note>{html.escape(note)}</p>")
         if data.table("engine_cpu_per_gb") or data.table("process_summary"):
             per_gb = {(r["run_id"], r["pid"]): r for r in data.table("engine_cpu_per_gb")}
             rows = [{**r, **per_gb.get((r["run_id"], r["pid"]), {})}

@@ -190,3 +190,18 @@ def test_a_failed_runs_error_shows_its_exception_and_folds_the_traceback():
                            "status 1</div><details><summary>RuntimeError: Libraries for snappy "
                            "compression codec not found</summary><pre>Traceback")
     assert _error_cell({"error": "target <unreachable>"}) == "<div>target &lt;unreachable&gt;</div>"
+
+
+def test_a_flow_reported_at_one_time_has_no_seconds_and_says_why():
+    """A run shorter than one metrics interval showed '0' seconds and no records/s in the table
+    beside a panel drawing its records/s: the page contradicted itself without a word."""
+    from shallowmirror.reports.html import _span_cell, instant_flows_note
+
+    one = {"run_id": "r1", "flow": "A->B", "topic": "t", "records": 500, "span_s": 0.0}
+    long = {**one, "topic": "u", "span_s": 12.5}
+    assert _span_cell(one) == "–" and _span_cell(long) == "12.5"
+    note = instant_flows_note([one, long])
+    assert note.startswith("run r1 flow A->B topic t: every record was reported at one time")
+    assert "topic u" not in note
+    assert instant_flows_note([long]) is None
+    assert instant_flows_note([{**one, "records": 0}]) is None
