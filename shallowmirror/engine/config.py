@@ -112,7 +112,11 @@ ENGINE_SETTINGS = SettingsTable(
                 "max.in.flight.requests.per.connection - 1 are awaited, so the broker always "
                 "has a request to work on meanwhile. 1: wake for every answer.", minimum=1,
                 validator=lambda n: None if n <= 5 else f"at most 5, got {n}"),
-        Setting("request.timeout.ms", "int", 30000, "Timeout of one request.", minimum=1000),
+        Setting("request.timeout.ms", "int", 30000,
+                "Timeout of one Produce request, and how long a stop waits for the batches in "
+                "flight. In the Python API, given only here it is the target connection's "
+                "request.timeout.ms too, and given only in the target's client config it is "
+                "this one (mm2.properties: one producer key sets both).", minimum=1000),
         Setting("retry.backoff.ms", "int", 100, "First backoff after a retriable error.",
                 minimum=1),
         Setting("retry.backoff.max.ms", "int", 5000, "Longest backoff.", minimum=1),

@@ -110,6 +110,8 @@ class EngineCore:
             for key, hint in unknown_client_keys(config):
                 log.warning("cluster %s: unknown client key %r, ignored (not a Kafka client "
                             "setting)%s", alias, key, f"; did you mean {hint!r}?" if hint else "")
+        if flow is None:
+            self._one_request_timeout(settings or {})
         self.flow = flow or f"{source_alias}->{target_alias}"
         self.group_id = self.settings["group.id"] or f"shallowmirror-{source_alias}-{target_alias}"
         self.runtime = Runtime(self.settings, fail=self.fail)
@@ -252,6 +254,20 @@ class EngineCore:
                                    what="metrics", where=source)
         self.ready = True
         self.runtime.progress.notify()
+
+    def _one_request_timeout(self, given: Mapping[str, Any]) -> None:
+        """A program's ``request.timeout.ms`` given once sets both the engine's (a Produce
+        request's timeout, the wait for in-flight batches at a stop) and the target
+        connection's (how long an answer may take): in ``mm2.properties`` one producer key sets
+        both, and in the API one of the two was silently left at 30 s. Given in both places,
+        each keeps its own."""
+        key = "request.timeout.ms"
+        in_engine = key in given
+        if in_engine and key not in self.target_config:
+            self.target_config[key] = self.settings[key]
+        elif not in_engine and key in self.target_config:
+            with contextlib.suppress(TypeError, ValueError):   # the client's check names it
+                self.settings[key] = max(1000, int(self.target_config[key]))
 
     def _membership_failed(self, err: BaseException) -> None:
         """The membership thread ended with ``err`` (called from that thread)."""
