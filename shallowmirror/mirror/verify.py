@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shallowmirror.codec import deep
+from shallowmirror.engine.config import resolve_settings
 from shallowmirror.engine.pairing import (
     MAX_PARTITION_BYTES,
     BatchCursor,
@@ -159,7 +160,9 @@ async def verify_partition(job: PartitionJob, source: Cluster, target: Cluster, 
                            progress: Progress | None = None
                            ) -> tuple[PartitionTally, Mismatch | None]:
     """Zip the partition's source and target batches; stop at the first difference."""
-    read_committed = job.flow.engine_settings.get("isolation.level") == "read_committed"
+    # As the flow's engine fetches: exactly-once reads read_committed whatever the file says.
+    read_committed = resolve_settings(job.flow.engine_settings)["isolation.level"] == \
+        "read_committed"
     src = BatchCursor(PartitionReader(source, job.topic, job.partition,
                                       read_committed=read_committed, drop_aborted=read_committed))
     tgt = BatchCursor(PartitionReader(target, job.target_topic, job.partition,

@@ -179,6 +179,24 @@ def test_verify_under_read_committed_skips_aborted_transactions(source_cluster, 
     assert result.returncode == 1 and "MISMATCH" in result.stdout, result.stdout
 
 
+@pytest.mark.needs_real_kafka("tansu never reports aborted_transactions in Fetch")
+def test_verify_reads_an_exactly_once_flow_as_its_engine_does(source_cluster, target_cluster,
+                                                               tmp_path, unique_topic):
+    """Exactly-once fetches read_committed whatever isolation.level says; verify read the
+    source read_uncommitted and called a correct copy a MISMATCH (exit 1)."""
+    topic = unique_topic("verify-eos")
+    workload = Workload(topic, records=1200, partitions=1, codec="lz4", value_bytes=80,
+                        transactional=True, transaction_records=300, abort_every=3)
+    loaded = load(source_cluster, workload)
+    assert 0 < loaded.committed_count < 1200
+    config = _config(tmp_path, source_cluster, target_cluster, topic,
+                     **{"exactly.once": "true"})
+    run_until_caught_up("mirror", str(config))
+    result = _verify(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{loaded.committed_count:,} records" in result.stdout, result.stdout
+
+
 def test_a_batch_with_offset_gaps_is_compared_record_by_record(source_cluster, target_cluster,
                                                                tmp_path, unique_topic):
     """A compacted source batch (record_count != last_offset_delta + 1) is re-packed by the
