@@ -40,7 +40,9 @@ ENGINE_SETTINGS = SettingsTable(
         Setting("partition.assignment", "str", "group",
                 "group: share partitions with other engines of the same group.id through the "
                 "consumer-group protocol; all: take every partition of the topics (one engine), "
-                "still committing offsets under group.id.", choices=("group", "all")),
+                "still committing offsets under group.id. A second engine on the same group.id "
+                "with all is found at the next commit (an offset this one did not commit) and "
+                "the run stops: both would copy every record.", choices=("group", "all")),
         Setting("group.protocol", "str", "auto",
                 "How partitions are shared (partition.assignment=group). auto: consumer where "
                 "the source cluster serves it for the group, classic otherwise (chosen at the "

@@ -43,7 +43,7 @@ from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.consumer_group import ConsumerGroupMembership
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
 from shallowmirror.engine.hooks import AckRun, BatchAck, EngineHooks, HookError
-from shallowmirror.engine.membership import Membership, Positions
+from shallowmirror.engine.membership import Membership, OtherCommitterError, Positions
 from shallowmirror.engine.metrics import EngineMetrics, MetricsSink
 from shallowmirror.engine.offsets import OffsetMap
 from shallowmirror.engine.protocol_choice import AutoMembership
@@ -301,6 +301,8 @@ class EngineCore:
         if self.membership is not None:
             try:
                 await self.membership.close(final)
+            except OtherCommitterError as err:
+                self.fail(err)           # run() raises it once shutdown is done
             except Exception as err:  # noqa: BLE001 - logged; shutdown goes on
                 if final or not self.membership.ended:  # an ended thread with nothing to commit
                     log.error("final commit to %s failed: %s", self.source_alias, err)
@@ -627,6 +629,9 @@ class EngineCore:
             return
         try:
             await asyncio.wrap_future(self.membership.commit(offsets))
+        except OtherCommitterError as err:
+            self.fail(err)               # two processes mirror everything: stop this one
+            return
         except Exception as err:  # noqa: BLE001 - retried next interval
             log.warning("offset commit to %s failed (retried next interval): %s",
                         self.source_alias, err)

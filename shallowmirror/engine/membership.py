@@ -35,7 +35,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from shallowmirror.engine.runtime import UNREACHABLE_LOG_INTERVAL_S
-from shallowmirror.errors import OperatorActionRequired
+from shallowmirror.errors import OperatorActionRequired, ShallowMirrorError
 from shallowmirror.net.config import librdkafka_connection
 from shallowmirror.rdkafka_logs import ClientErrors, with_log_config
 
@@ -139,6 +139,11 @@ def committed_with_retries(consumer: Consumer, partitions: list[TP], *,
             delay = min(delay * 2, 2.0)
 
 
+class OtherCommitterError(ShallowMirrorError):
+    """Another process commits under this engine's group while it owns every partition
+    (``partition.assignment=all``): both mirror everything."""
+
+
 class Membership:
     """Group membership and offset commits for one engine (see the module docstring)."""
 
@@ -192,6 +197,9 @@ class Membership:
         self._closing = False
         self._ended = False
         self.assigned: set[TP] = set()
+        #: Mode ``all``: per partition, the offset the group held at the start or this process
+        #: committed last (None: none); another value there is another process's commit.
+        self._last_known: dict[TP, int | None] = {}
         #: ``time.monotonic()`` of the first subscription, the latest assignment and its
         #: committed offsets (the engine's start-up timeline reads them).
         self.subscribed_at: float | None = None
@@ -335,6 +343,8 @@ class Membership:
         owned = {tp: off for tp, off in offsets.items() if tp in self.assigned and off >= 0}
         if not owned:
             return
+        if self.mode == "all":
+            self._refuse_other_committers(consumer, owned)
         metadata = getattr(offsets, "metadata", {})
         try:
             consumer.commit(offsets=[_topic_partition(tp, off, metadata.get(tp))
@@ -345,6 +355,32 @@ class Membership:
             raise RuntimeError(f"commit of {len(owned)} source offsets under group "
                                f"{self.group_id} on cluster {self.source_alias} failed: {said}"
                                ) from err
+        self._last_known.update(owned)
+
+    def _refuse_other_committers(self, consumer: Consumer, owned: Mapping[TP, int]) -> None:
+        """Mode ``all`` joins no group, so nothing stops a second process on the same group.id
+        from mirroring every partition too: each record then lands twice on the target, and
+        both commit. Before committing, read what the group holds: an offset this process did
+        not commit (nor find at its start) is another's, and the run stops with
+        ``OtherCommitterError`` instead of doubling the target silently."""
+        tps = [tp for tp in owned if tp in self._last_known]
+        if not tps:
+            return
+        try:
+            found = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
+        except KafkaException:
+            return                       # the commit that follows says what is wrong
+        for tp in found:
+            key = (tp.topic, tp.partition)
+            now = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
+            if now != self._last_known[key]:
+                raise OtherCommitterError(
+                    f"another process commits offsets under group {self.group_id} on cluster "
+                    f"{self.source_alias}: {tp.topic}-{tp.partition} is committed at {now}, "
+                    f"this process last committed {self._last_known[key]}. With "
+                    "partition.assignment=all every process mirrors every partition of its "
+                    "topics, so two of them copy every record twice: give each its own "
+                    "group.id (and topics), or run them with partition.assignment=group")
 
     def _announce(self, consumer: Consumer, partitions: list[TP]) -> None:
         self.assigned_at = time.monotonic()
@@ -357,6 +393,7 @@ class Membership:
                             else tp.offset)
             if tp.metadata and offsets[key] is not None:
                 offsets.metadata[key] = tp.metadata
+            self._last_known[key] = offsets[key]
         self._call_engine(self._on_assigned(partitions, offsets))
 
     def _committed_with_retries(self, consumer: Consumer, partitions: list[TP],
