@@ -148,6 +148,12 @@ class ClientSettings:
         return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
+#: A host name or IPv4 address (letters, digits, '.', '-', '_'); IPv6 goes in brackets, or bare
+#: as hexadecimal digits and colons.
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(%[A-Za-z0-9]+)?")
+
+
 def parse_host_port(entry: str) -> tuple[str, int]:
     """'host:port' or '[v6]:port' -> (host, port); raises ValueError with the reason."""
     entry = entry.strip()
@@ -156,7 +162,15 @@ def parse_host_port(entry: str) -> tuple[str, int]:
     host, sep, port = entry.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"{entry!r} is not host:port")
+    bracketed = host.startswith("[") and host.endswith("]")
     host = host.strip("[]")
+    if not bracketed and not (_HOST_NAME.fullmatch(host) or _IPV6.fullmatch(host)):
+        # Found here, not after reconnect.deadline.ms as "unknown host" (--check said OK).
+        odd = "".join(sorted({c for c in host if not _HOST_NAME.fullmatch(c)}))
+        hint = ("; separate addresses with commas" if ";" in odd else
+                "; a host name has no spaces" if " " in odd else "")
+        raise ValueError(f"host {host!r} in {entry!r} has {odd!r}, which no host name or IP "
+                         f"address has{hint}")
     number = int(port)
     if not 0 < number < 65536:
         raise ValueError(f"port {number} in {entry!r} is out of range")

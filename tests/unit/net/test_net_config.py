@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import ssl
 
 import pytest
 
 from shallowmirror.errors import ConfigError
-from shallowmirror.net.config import client_settings, parse_jaas
+from shallowmirror.net.config import client_settings, parse_host_port, parse_jaas
 
 
 def test_plaintext_defaults():
@@ -107,3 +108,25 @@ def test_a_mirror_flows_configs_are_not_warned_about(caplog):
     MirrorEngine({"bootstrap.servers": "a:1", "partition.assignment": "all"},
                  {"bootstrap.servers": "b:1"}, topics=["t"], flow="source->target")
     assert "unknown client key" not in caplog.text
+
+
+@pytest.mark.parametrize("entry, says", [
+    ("127.0.0.1:26533;127.0.0.1:9093", "has ':;', which no host name or IP address has; "
+                                       "separate addresses with commas"),
+    ("my host:9092", "has ' ', which no host name or IP address has; a host name has no spaces"),
+    ("kafka/0:9092", "has '/'"),
+])
+def test_a_host_no_resolver_could_find_is_refused_at_once(entry, says):
+    """--check said 'configuration OK' for these; the run failed after reconnect.deadline.ms
+    with 'unknown host'."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_host_port(entry)
+
+
+@pytest.mark.parametrize("entry, parsed", [
+    ("[::1]:9092", ("::1", 9092)), ("::1:9092", ("::1", 9092)),
+    ("kafka-0.svc_x.local:9092", ("kafka-0.svc_x.local", 9092)),
+    ("PLAINTEXT://h:1", ("h", 1)), ("fe80::1%eth0:9092", ("fe80::1%eth0", 9092)),
+])
+def test_hosts_kafka_takes_are_taken(entry, parsed):
+    assert parse_host_port(entry) == parsed
