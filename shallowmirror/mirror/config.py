@@ -691,12 +691,19 @@ def resolve_mm2(props: Mapping[str, str], *, deep: bool = False,
         mirror_raw = {k: v for k, v in raw.items() if k in MIRROR_SETTINGS
                       and MIRROR_SETTINGS[k].scope != "process"}
         engine_raw = {k: v for k, v in raw.items() if k in engine_names}
+        engine_raw.setdefault("group.id", f"shallowmirror-{source}-{target}")
         try:
             settings = MIRROR_SETTINGS.resolve(mirror_raw, context=flow, warn_unknown=False)
         except ConfigError as err:
             problems.extend(p for p in err.problems if p not in problems)
+            # The engine's keys are checked too: every problem in one run, not one round of
+            # the process's keys and then another of the engine's.
+            from shallowmirror.engine.config import resolve_settings
+            try:
+                resolve_settings(engine_raw, context=flow)
+            except ConfigError as engine_err:
+                problems.extend(p for p in engine_err.problems if p not in problems)
             continue
-        engine_raw.setdefault("group.id", f"shallowmirror-{source}-{target}")
         if _flow_opts_out_of_exactly_once(flow_keys):
             # A flow's own `A->B.exactly.once = false` wins over MM2's process-wide switch.
             engine_raw["exactly.once.source.support"] = "disabled"

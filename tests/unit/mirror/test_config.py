@@ -108,6 +108,17 @@ def test_every_problem_is_reported_at_once():
     assert "bad regex" in text
 
 
+def test_the_process_keys_and_the_engine_keys_are_checked_in_one_run():
+    """A bad process key (tasks.max) hid every bad engine key until it was fixed: two runs to
+    find two typos."""
+    with pytest.raises(ConfigError) as info:
+        resolve_mm2({**BASE, "tasks.max": "abc", "isolation.level": "readcommitted"})
+    assert info.value.problems == [
+        "tasks.max (A->B): expected a whole number, got 'abc'",
+        "isolation.level (A->B): must be one of read_uncommitted, read_committed, got "
+        "'readcommitted'"]
+
+
 def test_unknown_key_warns_with_closest_known_key(caplog):
     keys = {**BASE, "topicz": "x", "A->B.refresh.topic.enabled": "false",
             "C.bootstrap.servers": "c:1", "A.topics": "orders"}
