@@ -100,5 +100,12 @@ def _parse_int(item: str) -> int:
                 return int(float(low[: -len(suffix)]) * factor)
         return int(low)
     except ValueError:
-        raise ValueError(f"expected a count such as 20000, 20k, 1m or 256KiB, got {item!r}") \
-            from None
+        pass
+    hint = ""
+    for unit, binary in (("kb", "KiB"), ("mb", "MiB"), ("gb", "GiB")):
+        number = low[: -len(unit)]
+        if low.endswith(unit) and number.replace(".", "", 1).isdigit():
+            hint = (f" ({unit} could mean either: {number}{binary} for "
+                    f"{int(float(number) * dict(_SUFFIXES)[binary.lower()]):,} or "
+                    f"{number}{unit[0]} for {int(float(number) * dict(_SUFFIXES)[unit[0]]):,})")
+    raise ValueError(f"expected a count such as 20000, 20k, 1m or 256KiB, got {item!r}{hint}")

@@ -58,11 +58,11 @@ def _count(text: str) -> int:
 
     try:
         values = parse_list(text, int)
-    except ValueError:
-        values = []
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("a count", "one count")) from None
     if len(values) != 1 or values[0] < 0:
-        raise argparse.ArgumentTypeError(f"expected one count such as 20000, 20k or 1m, got "
-                                         f"{text!r}")
+        raise argparse.ArgumentTypeError(f"expected one count such as 20000, 20k, 1m or 256KiB, "
+                                         f"got {text!r}")
     return values[0]
 
 

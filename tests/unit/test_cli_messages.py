@@ -206,7 +206,10 @@ def test_log_level_after_the_subcommand_and_bad_levels(tmp_path):
      "shallowmirror bench: --batch-bytes: expected a count such as 20000, 20k, 1m or 256KiB, "
      "got '16x'"),
     (("load", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--records", "abc"),
-     "argument --records: expected one count such as 20000, 20k or 1m, got 'abc'"),
+     "argument --records: expected one count such as 20000, 20k, 1m or 256KiB, got 'abc'"),
+    (("load", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--batch-bytes", "16kb"),
+     "argument --batch-bytes: expected one count such as 20000, 20k, 1m or 256KiB, got '16kb' "
+     "(kb could mean either: 16KiB for 16,384 or 16k for 16,000)"),
     # An OverflowError and a ValueError reported as bugs before.
     (("bench", "--records", "99999999999999999999k"),
      "shallowmirror bench: --records 99,999,999,999,999,991,611,392: 99,999,999,999,999,991,"

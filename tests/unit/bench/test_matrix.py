@@ -55,3 +55,15 @@ def test_default_bench_matrix_runs_16_kib_and_256_kib_batches():
     assert sizes == [16_384, 262_144]
     ws = expand(["lz4"])
     assert [w.batch_bytes for w in ws] == [16_384, 262_144]
+
+
+def test_kb_is_refused_with_both_meanings():
+    """'16kb' was refused with no hint of what to write instead."""
+    import pytest
+
+    from shallowmirror.bench.matrix import parse_list
+
+    with pytest.raises(ValueError, match=r"got '16kb' \(kb could mean either: 16KiB for 16,384 "
+                                         r"or 16k for 16,000\)"):
+        parse_list("16kb", int)
+    assert parse_list("16KiB,16k", int) == [16384, 16000]
