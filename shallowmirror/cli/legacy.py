@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         if problems:
             raise ConfigError(problems)
         config = resolve_mm1(
-            load_properties(args.consumer_config), load_properties(args.producer_config),
+            load_properties(args.consumer_config, "--consumer.config"),
+            load_properties(args.producer_config, "--producer.config"),
             include=args.include, whitelist=args.whitelist, num_streams=args.num_streams,
             offset_commit_interval_ms=args.offset_commit_interval_ms,
             abort_on_send_failure=args.abort_on_send_failure, deep=args.deep,

@@ -282,20 +282,24 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Read a properties file; a missing or unreadable file is a ``ConfigError``."""
+def load_properties(path: str | Path, what: str = "") -> dict[str, str]:
+    """Read a properties file; a missing or unreadable file is a ``ConfigError``. ``what``
+    names the file in it when there are several (``--consumer.config``)."""
+    named = f"{what} {path}" if what else str(path)
     if not str(path).strip():
-        raise ConfigError("no properties file given (the file name is empty)")
+        raise ConfigError(f"no properties file given{f' for {what}' if what else ''} (the file "
+                          "name is empty)")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from err
+        raise ConfigError(f"cannot read {named}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         line = err.object[:err.start].count(b"\n") + 1
-        raise ConfigError(f"{path} is not a text properties file: byte 0x{err.object[err.start]:02x} "
-                          f"at line {line} (byte {err.start}) is not UTF-8") from err
+        raise ConfigError(f"{named} is not a text properties file: byte "
+                          f"0x{err.object[err.start]:02x} at line {line} (byte {err.start}) is "
+                          "not UTF-8") from err
     if "\x00" in text:
-        raise ConfigError(f"{path} is not a text properties file: it contains NUL bytes")
+        raise ConfigError(f"{named} is not a text properties file: it contains NUL bytes")
     return parse_properties(text)
 
 

@@ -370,6 +370,20 @@ def test_legacy_takes_its_dotted_flags_spelt_with_dashes_too(tmp_path):
     assert "configuration OK" in result.stdout
 
 
+@pytest.mark.parametrize("missing", ["--consumer.config", "--producer.config"])
+def test_legacy_names_which_file_it_cannot_read(tmp_path, missing):
+    """It said "cannot read nope.properties": two files are given, and which one was not said."""
+    good = tmp_path / "c.properties"
+    good.write_text("bootstrap.servers = 127.0.0.1:19092\ngroup.id = g\n")
+    files = {"--consumer.config": str(good), "--producer.config": str(good)}
+    files[missing] = str(tmp_path / "nope.properties")
+    result = run_cli("legacy", *[x for kv in files.items() for x in kv], "--include", "orders",
+                     "--check")
+    assert result.returncode == 2, result.stderr
+    assert f"cannot read {missing} {tmp_path / 'nope.properties'}: No such file" in \
+        result.stderr
+
+
 @pytest.mark.parametrize(("argv", "usage"), [
     (("mirror", "mm2.properties", "--bogus"), "usage: shallowmirror mirror "),
     (("offsets", "translate", "mm2.properties", "--group", "g", "--bogus"),
