@@ -20,7 +20,10 @@ in MM2).
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +85,29 @@ def explicit_configs(entries: dict[str, Any]) -> dict[str, str]:
             if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
 
 
+def unmatched_names(include: Sequence[str], listed: Iterable[str], alias: str) -> list[str]:
+    """For each entry of ``topics`` that is a plain topic name (no regex but the '.' of a
+    name) and names no listed topic: what to say, with the closest listed name. A typo or a
+    wrong case ('Orders') in a list whose other entries match was mirrored as nothing, without
+    a word (only a list matching nothing at all is refused)."""
+    names = list(listed)
+    lines = []
+    for entry in include:
+        if not _PLAIN_NAME.fullmatch(entry) or any(
+                re.fullmatch(entry, name) for name in names):
+            continue
+        by_lower = {name.lower(): name for name in names}
+        close = difflib.get_close_matches(entry.lower(), list(by_lower), n=1, cutoff=0.75)
+        hint = f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+        lines.append(f"topics entry {entry!r} names no topic on cluster {alias} (it is "
+                     f"mirrored once it is created){hint}")
+    return lines
+
+
+#: A topics entry that is a topic name as written (its '.' matches itself too).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
 class TopicSync:
     """Keeps one flow's remote topics in step with the source."""
 
@@ -93,6 +119,7 @@ class TopicSync:
         self.timeout_s = timeout_s
         self.topics: dict[str, TopicState] = {}
         self._reported: dict[str, str] = {}
+        self._literals_checked = False
 
     # -- listing -----------------------------------------------------------------------------
 
@@ -118,6 +145,11 @@ class TopicSync:
     def source_topics(self) -> dict[str, int]:
         """Source topics this flow replicates -> partition count."""
         listed = self._list(self.source_admin, self.flow.source)
+        if not self._literals_checked:
+            self._literals_checked = True
+            for line in unmatched_names(self.flow.topic_filter.include, listed,
+                                        self.flow.source):
+                log.warning("flow %s: %s", self.flow.name, line)
         return {t: n for t, n in listed.items() if self.flow.should_replicate(t)}
 
     # -- refresh -----------------------------------------------------------------------------
