@@ -54,6 +54,7 @@ from shallowmirror.engine.sink import Sinks
 from shallowmirror.engine.source import Router, Sources
 from shallowmirror.engine.startup import StartupTimeline
 from shallowmirror.engine.supervisor import partitions_text
+from shallowmirror.engine.topic_names import TopicMapperError
 from shallowmirror.engine.transactions import FencedError, TransactionalSinks
 from shallowmirror.errors import (
     ConfigError,
@@ -412,7 +413,14 @@ class EngineCore:
             if self.resume_start is None:
                 self.sources.attach(sp)
                 continue
-            target = self.target_partition_of(sp.tp)
+            try:
+                target = self.target_partition_of(sp.tp)
+            except TopicMapperError as err:
+                # The embedder's mapper: the run stops with its error, and this call returns
+                # (raised into the membership thread, it ended the thread and with it the
+                # run's final commit: on tansu, the next run mirrored everything again).
+                self.fail(err)
+                continue
             self.resume_start.hold(sp, target, metadata.get(sp.tp))
             resuming.append((sp, target))
         if resuming:

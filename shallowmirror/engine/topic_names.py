@@ -29,9 +29,28 @@ def legal_topic(name: str) -> bool:
     return _LEGAL_TOPIC.fullmatch(name) is not None and name not in (".", "..")
 
 
+#: Kafka's own topics: a mapper's name may not be one of them (tansu took the records into
+#: its __consumer_offsets; Kafka stopped every partition with a bare INVALID_TOPIC).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata",
+                             "__share_group_state"})
+
+
+def _name(mapper: Callable[[str], str]) -> str:
+    return repr(getattr(mapper, "__qualname__", mapper))
+
+
 def mapped_topic(mapper: Callable[[str], str], topic: str) -> str:
-    """``mapper(topic)``, refused with ``TopicMapperError`` unless it is a legal topic name."""
-    target = mapper(topic)
+    """``mapper(topic)``, refused with ``TopicMapperError`` unless it is a legal topic name (and
+    not one of Kafka's own); what the mapper raises comes as a ``TopicMapperError`` too, naming
+    the mapper and the source topic (its exception as the cause)."""
+    try:
+        target = mapper(topic)
+    except Exception as err:
+        raise TopicMapperError(f"topic_mapper {_name(mapper)} raised {type(err).__name__}: "
+                               f"{err} for source topic {topic}") from err
+    if isinstance(target, str) and target in INTERNAL_TOPICS:
+        raise TopicMapperError(f"topic_mapper {_name(mapper)} returned {target!r} for source "
+                               f"topic {topic}: that is one of Kafka's own topics")
     if not isinstance(target, str):
         raise TopicMapperError(
             f"topic_mapper {getattr(mapper, '__qualname__', mapper)!r} returned "

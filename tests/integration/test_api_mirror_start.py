@@ -310,3 +310,32 @@ def test_a_topic_mapper_that_returns_no_topic_name_fails_the_run_naming_it(
         str(caught.value)
     with pytest.raises(TopicReadError):          # nothing was created under that name
         read_topic(target_cluster, f"copy of {topic}")
+
+
+def test_a_topic_mapper_that_raises_mid_run_stops_it_and_keeps_the_final_commit(
+        source_cluster, target_cluster, unique_topic):
+    """A mapper raising for a topic created mid-run killed the membership thread: the final
+    commit was lost, and on tansu the next run mirrored all 3,000 records again."""
+    from shallowmirror.engine import TopicMapperError
+    from shallowmirror.replication.groups import Groups
+
+    first, later = unique_topic("routed"), unique_topic("unrouted")
+    load_topic(source_cluster, first, 3000, partitions=2)
+    gid = group()
+
+    def routes(topic: str) -> str:
+        if topic == later:
+            raise KeyError(f"no route for {topic}")
+        return f"r.{topic}"
+
+    stop = threading.Event()
+    threading.Timer(4.0, lambda: load_topic(source_cluster, later, 10, partitions=1)).start()
+    with pytest.raises(TopicMapperError) as caught:
+        mirror(source_cluster.client_config(), target_cluster.client_config(),
+               f"^({first}|{later})$", topic_mapper=routes, stop=stop, timeout_s=90,
+               **{**FAST, "group.id": gid, "metadata.max.age.ms": 500})
+    assert f"raised KeyError: 'no route for {later}' for source topic {later}" in \
+        str(caught.value)
+    committed = {(c.topic, c.partition): c.offset
+                 for c in Groups(source_cluster.client_config(), alias="A").committed(gid)}
+    assert sum(v for (t, _p), v in committed.items() if t == first) == 3000, committed

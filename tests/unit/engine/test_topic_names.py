@@ -30,3 +30,16 @@ def test_a_mapper_result_that_is_no_topic_name_is_refused_naming_both():
         mapped_topic(lambda t: None, "orders")
     assert mapped_topic(lambda t: f"src.{t}", "orders") == "src.orders"
     assert isinstance(TopicMapperError("x"), ValueError)     # a bad value, as the API raises
+
+
+def test_a_mapper_that_raises_or_names_a_kafka_topic_is_refused_naming_it():
+    def routes(topic: str) -> str:
+        raise KeyError(f"no route for {topic}")
+
+    with pytest.raises(TopicMapperError, match=r"topic_mapper '.*routes' raised KeyError: 'no "
+                                               r"route for orders' for source topic orders") as info:
+        mapped_topic(routes, "orders")
+    assert isinstance(info.value.__cause__, KeyError)
+    with pytest.raises(TopicMapperError, match="'__consumer_offsets' for source topic orders: "
+                                               "that is one of Kafka's own topics"):
+        mapped_topic(lambda t: "__consumer_offsets", "orders")
