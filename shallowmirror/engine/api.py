@@ -182,14 +182,19 @@ def ensure_target_topics(source_config: Mapping[str, Any], target_config: Mappin
     existing = dst.list_topics()
     if existing is None:
         return []
-    new = []
+    # Per target topic, the most partitions of the source topics mapped to it: several source
+    # topics merged into one asked for it once each, and the request was refused (Kafka:
+    # "Duplicate topic name"; tansu: a parse failure).
+    wanted_partitions: dict[str, int] = {}
     for name, meta in sorted(src_topics.items()):
         if name.startswith("__") or meta.error is not None or not wanted(name):
             continue
         target = mapped_topic(topic_mapper, name)
         if target not in existing:
-            new.append(NewTopic(target, len(meta.partitions), -1,
-                                config={"compression.type": "producer"}))
+            wanted_partitions[target] = max(wanted_partitions.get(target, 0),
+                                            len(meta.partitions))
+    new = [NewTopic(target, partitions, -1, config={"compression.type": "producer"})
+           for target, partitions in wanted_partitions.items()]
     created: list[str] = []
     if not new:
         return created

@@ -339,3 +339,19 @@ def test_a_topic_mapper_that_raises_mid_run_stops_it_and_keeps_the_final_commit(
     committed = {(c.topic, c.partition): c.offset
                  for c in Groups(source_cluster.client_config(), alias="A").committed(gid)}
     assert sum(v for (t, _p), v in committed.items() if t == first) == 3000, committed
+
+
+def test_several_source_topics_mapped_to_one_target_topic_create_it_once(
+        source_cluster, target_cluster, unique_topic):
+    """The target topic was asked for once per source topic in one CreateTopics request, which
+    Kafka refused ("Duplicate topic name") and tansu could not parse."""
+    a, b = unique_topic("merge-a"), unique_topic("merge-b")
+    merged = unique_topic("merged")
+    load_topic(source_cluster, a, 300, partitions=2)
+    load_topic(source_cluster, b, 200, partitions=3)
+    stats = mirror(source_cluster.client_config(), target_cluster.client_config(), [a, b],
+                   topic_mapper=lambda _t: merged, until_caught_up=True, timeout_s=90,
+                   **{**FAST, "group.id": group()})
+    assert stats.records == 500
+    copies = read_topic(target_cluster, merged)
+    assert len(copies) == 3 and sum(len(r) for r in copies.values()) == 500
