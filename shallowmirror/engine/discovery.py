@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from shallowmirror.engine.runtime import Runtime
+from shallowmirror.engine.topic_names import closest_name
 from shallowmirror.errors import ConnectionFailedError
 from shallowmirror.net import Cluster
+
+log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 TopicsSpec = Sequence[str] | str | Callable[[str], bool]
@@ -66,6 +70,7 @@ class TopicDiscovery:
     def set_topics(self, topics: TopicsSpec) -> None:
         """Change the topic set (list, regex or predicate); discovered again at once."""
         self._filter, self._names = topic_predicate(topics)
+        self._missing_told = False
         self._changed = True
         self.runtime.wake_soon(self._wake)
 
@@ -91,12 +96,30 @@ class TopicDiscovery:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, next_at - time.monotonic()))
 
+    async def _tell_missing(self, cluster: Cluster, found: set[str]) -> None:
+        """Warn once of each listed topic the source does not have, with the closest name it
+        has: a misspelt name in a list was mirrored as nothing, and the run said caught up."""
+        missing = [name for name in self._names or () if name not in found]
+        if not missing:
+            return
+        try:
+            every = (await cluster.refresh_metadata(None)).topics
+        except ConnectionFailedError:
+            every = {}
+        for name in missing:
+            close = closest_name(name, [t for t in every if not t.startswith("__")])
+            log.warning("topic %s is not on cluster %s (it is mirrored once it is created)%s",
+                        name, self.alias, f"; did you mean {close!r}?" if close else "")
+
     async def discover(self, cluster: Cluster, ownership: Ownership) -> None:
         """One Metadata request (the named topics, or all topics for a regex/predicate)."""
         meta = await cluster.refresh_metadata(self._names)
         names = sorted(name for name, tm in meta.topics.items()
                        if not tm.error_code and not tm.is_internal and not name.startswith("__")
                        and self._filter(name))
+        if self._names and not self._missing_told:
+            self._missing_told = True
+            await self._tell_missing(cluster, set(names))
         if ownership.mode == "group":
             if names != self._subscribed:
                 self._subscribed = names

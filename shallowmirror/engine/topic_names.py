@@ -8,9 +8,10 @@ per source topic, where the name is first asked for, and the error names both.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 from shallowmirror.errors import ShallowMirrorError
 
@@ -37,6 +38,35 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__clu
 
 def _name(mapper: Callable[[str], str]) -> str:
     return repr(getattr(mapper, "__qualname__", mapper))
+
+
+def closest_name(name: str, names: Iterable[str]) -> str | None:
+    """The listed topic most like ``name`` (a typo, another case), or None."""
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
+    return by_lower[close[0]] if close else None
+
+
+def unmatched_names(include: Sequence[str], listed: Iterable[str], alias: str) -> list[str]:
+    """For each entry of ``topics`` that is a plain topic name (no regex but the '.' of a
+    name) and names no listed topic: what to say, with the closest listed name. A typo or a
+    wrong case ('Orders') in a list whose other entries match was mirrored as nothing, without
+    a word (only a list matching nothing at all is refused)."""
+    names = list(listed)
+    lines = []
+    for entry in include:
+        if not _PLAIN_NAME.fullmatch(entry) or any(
+                re.fullmatch(entry, name) for name in names):
+            continue
+        close = closest_name(entry, names)
+        hint = f"; did you mean {close!r}?" if close else ""
+        lines.append(f"topics entry {entry!r} names no topic on cluster {alias} (it is "
+                     f"mirrored once it is created){hint}")
+    return lines
+
+
+#: A topics entry that is a topic name as written (its '.' matches itself too).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def mapped_topic(mapper: Callable[[str], str], topic: str) -> str:

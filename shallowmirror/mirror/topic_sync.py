@@ -20,10 +20,7 @@ in MM2).
 
 from __future__ import annotations
 
-import difflib
 import logging
-import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +35,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from shallowmirror.engine.topic_names import unmatched_names
 from shallowmirror.errors import ShallowMirrorError
 from shallowmirror.mirror.config import FlowConfig
 from shallowmirror.mirror.filters import FORCED_TOPIC_CONFIGS
@@ -83,29 +81,6 @@ def explicit_configs(entries: dict[str, Any]) -> dict[str, str]:
         return {name: e.value for name, e in values.items() if not e.is_read_only}
     return {name: e.value for name, e in values.items()
             if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
-
-
-def unmatched_names(include: Sequence[str], listed: Iterable[str], alias: str) -> list[str]:
-    """For each entry of ``topics`` that is a plain topic name (no regex but the '.' of a
-    name) and names no listed topic: what to say, with the closest listed name. A typo or a
-    wrong case ('Orders') in a list whose other entries match was mirrored as nothing, without
-    a word (only a list matching nothing at all is refused)."""
-    names = list(listed)
-    lines = []
-    for entry in include:
-        if not _PLAIN_NAME.fullmatch(entry) or any(
-                re.fullmatch(entry, name) for name in names):
-            continue
-        by_lower = {name.lower(): name for name in names}
-        close = difflib.get_close_matches(entry.lower(), list(by_lower), n=1, cutoff=0.75)
-        hint = f"; did you mean {by_lower[close[0]]!r}?" if close else ""
-        lines.append(f"topics entry {entry!r} names no topic on cluster {alias} (it is "
-                     f"mirrored once it is created){hint}")
-    return lines
-
-
-#: A topics entry that is a topic name as written (its '.' matches itself too).
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class TopicSync:

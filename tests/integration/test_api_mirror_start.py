@@ -355,3 +355,18 @@ def test_several_source_topics_mapped_to_one_target_topic_create_it_once(
     assert stats.records == 500
     copies = read_topic(target_cluster, merged)
     assert len(copies) == 3 and sum(len(r) for r in copies.values()) == 500
+
+
+def test_a_listed_topic_the_source_lacks_is_warned_with_the_closest_name(
+        source_cluster, target_cluster, unique_topic, caplog):
+    """['orders', 'ordres'] mirrored orders and said 'caught up' without a word of 'ordres'."""
+    topic = unique_topic("present")
+    load_topic(source_cluster, topic, 100, partitions=1)
+    typo = topic[:-3] + topic[-1:-4:-1]          # the last three characters turned round
+    with caplog.at_level("WARNING"):
+        stats = mirror(source_cluster.client_config(), target_cluster.client_config(),
+                       [topic, typo], topic_mapper=prefix_mapper("w"), until_caught_up=True,
+                       timeout_s=60, **{**FAST, "group.id": group()})
+    assert stats.ended_by == "caught_up" and stats.records == 100
+    assert (f"topic {typo} is not on cluster source (it is mirrored once it is created); did "
+            f"you mean '{topic}'?") in caplog.text, caplog.text[-2000:]

@@ -56,7 +56,7 @@ def test_config_property_filter_defaults_and_forced_compression():
 def test_a_topic_name_in_the_list_that_names_no_topic_is_said_with_the_closest():
     """'orders,Orders' mirrored orders and said nothing of 'Orders' (a wrong case, a typo):
     only a list that matches nothing at all was refused."""
-    from shallowmirror.mirror.topic_sync import unmatched_names
+    from shallowmirror.engine.topic_names import unmatched_names
 
     lines = unmatched_names(["orders", "Orders", "ordrs", "nosuch", "A.orders", "pay.*"],
                             ["orders", "payments", "A.orders"], "A")
