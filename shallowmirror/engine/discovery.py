@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from shallowmirror.engine.runtime import Runtime
-from shallowmirror.engine.topic_names import closest_name
+from shallowmirror.engine.topic_names import TopicMapperError, closest_name
 from shallowmirror.errors import ConnectionFailedError
 from shallowmirror.net import Cluster
 
@@ -42,13 +42,35 @@ class Ownership(Protocol):
 def topic_predicate(topics: TopicsSpec) -> tuple[Callable[[str], bool], list[str] | None]:
     """(predicate, explicit list or None) for a list of names, a regex string, or a callable."""
     if callable(topics):
-        return topics, None
+        return _checked_predicate(topics), None
     if isinstance(topics, str):
         pattern = re.compile(topics)
         return (lambda name: pattern.fullmatch(name) is not None), None
     names = list(topics)
     wanted = set(names)
     return (lambda name: name in wanted), names
+
+
+def _checked_predicate(predicate: Callable[[str], bool]) -> Callable[[str], bool]:
+    """``predicate`` whose answer may not be a string: one returning "no" (truthy) mirrored
+    every topic of the cluster (a ``re.match`` or None is taken as true or false). What it
+    raises, or a string, is a ``TopicMapperError`` (the embedder's code: it ends the run naming
+    the predicate and the topic)."""
+    name = repr(getattr(predicate, "__qualname__", predicate))
+
+    def checked(topic: str) -> bool:
+        try:
+            answer = predicate(topic)
+        except Exception as err:
+            raise TopicMapperError(f"topics predicate {name} raised {type(err).__name__}: "
+                                   f"{err} for source topic {topic}") from err
+        if isinstance(answer, str | bytes):       # "no" is true; a match or None is fine
+            raise TopicMapperError(f"topics predicate {name} returned {type(answer).__name__} "
+                                   f"{answer!r} for source topic {topic}: it must return True "
+                                   "or False (any non-empty string would count as True)")
+        return bool(answer)
+
+    return checked
 
 
 class TopicDiscovery:

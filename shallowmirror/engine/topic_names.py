@@ -21,7 +21,8 @@ RULE = "1-249 of a-z A-Z 0-9 . _ -, not . or .."
 
 
 class TopicMapperError(ShallowMirrorError, ValueError):
-    """A ``topic_mapper`` returned something that is not a legal Kafka topic name."""
+    """A ``topic_mapper`` (or a ``topics`` predicate) raised, or returned what it may not: not
+    a legal Kafka topic name (a predicate: not True or False)."""
 
 
 @functools.lru_cache(maxsize=1024)

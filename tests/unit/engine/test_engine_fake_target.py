@@ -37,9 +37,12 @@ NOT_ENOUGH_REPLICAS = 19
 
 
 async def _mirror(source_cluster, fake: FakeTargetCluster, topic: str,
-                  done: Callable[[MirrorEngine], bool], **settings) -> MirrorEngine:
+                  done: Callable[[MirrorEngine], bool], target_config: dict | None = None,
+                  **settings) -> MirrorEngine:
     """Run a MirrorEngine source -> fake until ``done(engine)`` (at most 30 s), then stop it."""
-    engine = MirrorEngine(source_cluster.client_config(), fake.config(), topics=[topic],
+    engine = MirrorEngine(source_cluster.client_config(), {**fake.config(),
+                                                            **(target_config or {})},
+                          topics=[topic],
                           settings={"partition.assignment": "all",
                                     "group.id": f"g-{uuid.uuid4().hex[:8]}",
                                     "fetch.max.wait.ms": 100, "retry.backoff.ms": 10,
@@ -361,9 +364,11 @@ def test_stopping_with_requests_in_flight_drops_them_with_one_line(source_cluste
         async with FakeTargetCluster({topic: 2}) as fake:
             fake.answer_produce = False
             # request.timeout.ms (engine): how long shutdown waits for answers; the connection's
-            # own request timeout stays 30 s, so the requests are still in flight at the stop.
+            # own request timeout is given as 30 s (given only to the engine, it would be the
+            # connection's too), so the requests are still in flight at the stop.
             engine = await _mirror(source_cluster, fake, topic,
                                    lambda _e: fake.produce_requests >= 1,
+                                   target_config={"request.timeout.ms": 30000},
                                    **{"request.timeout.ms": 1000})
         await asyncio.sleep(0.1)         # let any late callback run
         return fake, engine, loop_errors

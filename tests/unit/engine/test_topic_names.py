@@ -43,3 +43,20 @@ def test_a_mapper_that_raises_or_names_a_kafka_topic_is_refused_naming_it():
     with pytest.raises(TopicMapperError, match="'__consumer_offsets' for source topic orders: "
                                                "that is one of Kafka's own topics"):
         mapped_topic(lambda t: "__consumer_offsets", "orders")
+
+
+def test_a_topics_predicate_that_answers_a_string_or_raises_is_refused():
+    """A predicate returning "no" (a true value) mirrored every topic of the cluster."""
+    import re
+
+    from shallowmirror.engine.discovery import topic_predicate
+
+    says_no, _ = topic_predicate(lambda t: "no")
+    with pytest.raises(TopicMapperError, match=r"returned str 'no' for source topic orders: it "
+                                               r"must return True or False"):
+        says_no("orders")
+    broken, _ = topic_predicate(lambda t: 1 / 0)
+    with pytest.raises(TopicMapperError, match="raised ZeroDivisionError"):
+        broken("orders")
+    matches, _ = topic_predicate(lambda t: re.match("ord", t))
+    assert matches("orders") is True and matches("payments") is False
