@@ -859,9 +859,21 @@ class Sinks:
         what = (f"topic {ttp[0]} does not exist" if parts is None else
                 f"topic {ttp[0]} has {len(parts)} partitions, no partition {ttp[1]}")
         for batch in batches:
+            source_cluster = getattr(self.events, "source", None)
+            source_count = (source_cluster.partitions(batch.topic)
+                            if source_cluster is not None else None)
+            if parts is not None and source_count is not None and \
+                    len(parts) >= len(source_count):
+                # It already has as many as the source: the partition asked for is the
+                # program's own choice (forward(batch, topic, 99)), not a topic to widen.
+                advice = (f"it has as many partitions as source topic {batch.topic} "
+                          f"({len(source_count)}): forward to one of 0-{len(parts) - 1}")
+            else:
+                advice = (f"create it with at least as many partitions as source topic "
+                          f"{batch.topic} and compression.type=producer")
             self.batch_failed(batch, LocatedError(
-                f"cannot forward to cluster {self.alias}: {what}; create it with at least as "
-                f"many partitions as source topic {batch.topic} and compression.type=producer",
+                f"cannot forward source {batch.topic}-{batch.partition} offset "
+                f"{batch.source_base} to cluster {self.alias}: {what}; {advice}",
                 Where(cluster=self.alias, topic=ttp[0], partition=ttp[1])))
 
     # ---- what a sink asks for ----

@@ -216,5 +216,7 @@ def test_a_target_topic_narrower_than_the_source_stops_only_the_missing_partitio
     assert stats.partitions[(topic, 0)].records == 40 and not stats.partitions[(topic, 0)].error
     error = stats.partitions[(topic, 1)].error
     assert error and f"topic {topic} has 1 partitions, no partition 1; create it" in error, error
+    # The source partition and offset are named too (only the target partition was).
+    assert f"cannot forward source {topic}-1 offset 0 to cluster target" in error, error
     assert [r.value for r in read_topic(target_cluster.client_config(), topic)[0]] == \
         [f"zero-{i}".encode() for i in range(40)]
