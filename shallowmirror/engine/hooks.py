@@ -148,6 +148,9 @@ class Hook(Generic[T]):
         return callback
 
     def remove(self, callback: Callable[[T], None]) -> None:
+        if callback not in self._callbacks:
+            raise ValueError(f"{self.name} hook: {getattr(callback, '__qualname__', callback)!r} "
+                             "was never added (or was removed already)")
         self._callbacks.remove(callback)
         if callback not in self._callbacks:
             self._runs.pop(callback, None)

@@ -39,3 +39,17 @@ def test_plain_callables_are_taken_and_called():
         hook.add(5)
     hook(3)
     assert seen == [3, 30]
+
+
+def test_removing_a_callback_never_added_names_the_hook_and_the_callback():
+    """It raised list.remove's 'x not in list', naming neither."""
+    import pytest
+
+    from shallowmirror.engine.hooks import EngineHooks
+
+    def mine(_event) -> None:
+        pass
+
+    hooks = EngineHooks()
+    with pytest.raises(ValueError, match=r"partitions revoked hook: '.*mine' was never added"):
+        hooks.partitions_revoked.remove(mine)
