@@ -20,7 +20,10 @@ attach to the engine without editing the core.
   than the source (the source topic grew). Its batches wait and are retried (20 times, with
   backoff, then the partition stops). A mirror flow re-creates or widens its remote topics at
   once on this; MirrorMaker 2 would wait for its next topic refresh. With nobody listening, a
-  partition the target's topic lacks fails at once.
+  partition the target's topic lacks, when the target says so in a Produce answer, fails at
+  once; a topic or partition missing from the target's metadata (a name or partition no
+  flow created) is looked up again first, 20 times with backoff (about 80 s: it may be being
+  created), with a warning after the third.
 
 Callbacks run on the engine's event loop and must not block. One that raises is never ignored:
 ``HookError`` names the hook and the callback, and the engine fails with it.
