@@ -157,22 +157,28 @@ def test_verify_passes_on_a_mirrored_multi_codec_topic_with_transactions(
     assert "exact copy" in result.stdout
 
 
+def _aborted_mirrored_and_verified(tmp_path: Path, source, target, topic: str, records: int,
+                                   partitions: int, **keys: str) -> Path:
+    """Load ``records`` in transactions (every third aborted), mirror them with ``keys``, and
+    check that verify calls the copy exact, counting only the committed records."""
+    loaded = load(source, Workload(topic, records=records, partitions=partitions, codec="zstd",
+                                   value_bytes=100, transactional=True,
+                                   transaction_records=300, abort_every=3))
+    assert 0 < loaded.committed_count < records
+    config = _config(tmp_path, source, target, topic, **keys)
+    run_until_caught_up("mirror", str(config))
+    result = _verify(config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{loaded.committed_count:,} records" in result.stdout, result.stdout
+    return config
+
+
 @pytest.mark.needs_real_kafka("tansu never reports aborted_transactions in Fetch")
 def test_verify_under_read_committed_skips_aborted_transactions(source_cluster, target_cluster,
                                                                  tmp_path, unique_topic):
     topic = unique_topic("verify-rc")
-    workload = Workload(topic, records=3000, partitions=2, codec="zstd", value_bytes=100,
-                        transactional=True, transaction_records=300, abort_every=3)
-    loaded = load(source_cluster, workload)
-    assert 0 < loaded.committed_count < 3000
-    config = _config(tmp_path, source_cluster, target_cluster, topic,
-                     **{"isolation.level": "read_committed"})
-    run_until_caught_up("mirror", str(config))
-
-    result = _verify(config)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{loaded.committed_count:,} records" in result.stdout, result.stdout
-
+    _aborted_mirrored_and_verified(tmp_path, source_cluster, target_cluster, topic, 3000, 2,
+                                   **{"isolation.level": "read_committed"})
     # The same target read as if the aborted batches were mirrored: they are missing there.
     uncommitted = _config(tmp_path, source_cluster, target_cluster, topic)
     result = _verify(uncommitted)
@@ -184,17 +190,9 @@ def test_verify_reads_an_exactly_once_flow_as_its_engine_does(source_cluster, ta
                                                                tmp_path, unique_topic):
     """Exactly-once fetches read_committed whatever isolation.level says; verify read the
     source read_uncommitted and called a correct copy a MISMATCH (exit 1)."""
-    topic = unique_topic("verify-eos")
-    workload = Workload(topic, records=1200, partitions=1, codec="lz4", value_bytes=80,
-                        transactional=True, transaction_records=300, abort_every=3)
-    loaded = load(source_cluster, workload)
-    assert 0 < loaded.committed_count < 1200
-    config = _config(tmp_path, source_cluster, target_cluster, topic,
-                     **{"exactly.once": "true"})
-    run_until_caught_up("mirror", str(config))
-    result = _verify(config)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{loaded.committed_count:,} records" in result.stdout, result.stdout
+    _aborted_mirrored_and_verified(tmp_path, source_cluster, target_cluster,
+                                   unique_topic("verify-eos"), 1200, 1,
+                                   **{"exactly.once": "true"})
 
 
 def test_a_batch_with_offset_gaps_is_compared_record_by_record(source_cluster, target_cluster,
