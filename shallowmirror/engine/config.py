@@ -41,8 +41,8 @@ ENGINE_SETTINGS = SettingsTable(
                 "group: share partitions with other engines of the same group.id through the "
                 "consumer-group protocol; all: take every partition of the topics (one engine), "
                 "still committing offsets under group.id. A second engine on the same group.id "
-                "with all is found at the next commit (an offset this one did not commit) and "
-                "the run stops: both would copy every record.", choices=("group", "all")),
+                "with all is found at a commit (an offset this one did not commit: as soon as "
+                "their commits differ) and the run stops: both would copy every record.", choices=("group", "all")),
         Setting("group.protocol", "str", "auto",
                 "How partitions are shared (partition.assignment=group). auto: consumer where "
                 "the source cluster serves it for the group, classic otherwise (chosen at the "

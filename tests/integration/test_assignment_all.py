@@ -5,6 +5,7 @@ second one on the same group.id would mirror everything again. It is found at th
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from engine_support import create_target, group, load_topic
@@ -28,16 +29,34 @@ def test_a_second_process_on_the_same_group_with_all_is_found_and_stopped(
     shared = {**SETTINGS, "group.id": group()}
     engines = [MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
                             topics=[topic], settings=shared) for _ in range(2)]
+    # Records keep coming, as in a real mirror: two engines that each commit only the end of
+    # one backlog, at the same moment, commit the same offsets (nothing to tell them apart).
+    feeding = threading.Event()
+
+    def feed() -> None:
+        for round_ in range(1, 200):
+            if feeding.wait(0.3):
+                return
+            load_topic(source_cluster, topic, 100, partitions=2, create_topic=False,
+                       seed=round_)
 
     async def scenario() -> list:
         stop = asyncio.Event()
-        runs = [asyncio.ensure_future(e.run(stop)) for e in engines]
-        done, _ = await asyncio.wait(runs, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        runs = [asyncio.ensure_future(engines[0].run(stop))]
+        await asyncio.sleep(1.0)
+        runs.append(asyncio.ensure_future(engines[1].run(stop)))
+        await asyncio.wait(runs, timeout=60, return_when=asyncio.FIRST_COMPLETED)
         stop.set()
         await asyncio.wait(runs, timeout=60)
         return [r.exception() if r.done() and not r.cancelled() else None for r in runs]
 
-    errors = asyncio.run(scenario())
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        errors = asyncio.run(scenario())
+    finally:
+        feeding.set()
+        feeder.join(30)
     found = [e for e in errors if isinstance(e, OtherCommitterError)]
     assert found, errors
     text = str(found[0])
