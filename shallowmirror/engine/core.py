@@ -245,6 +245,8 @@ class EngineCore:
             source_alias=self.source_alias, on_failed=self._membership_failed,
             group_instance_id=self.settings["group.instance.id"],
             metadata_refresh_ms=self.settings["metadata.max.age.ms"])
+        if self.exactly_once and isinstance(self.membership, Membership):
+            self.membership.refuse_other_committers = False
         self.membership.start([])
         source = Where(cluster=self.source_alias)
         self.supervisor.spawn_loop(

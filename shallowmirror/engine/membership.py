@@ -35,7 +35,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from shallowmirror.engine.runtime import UNREACHABLE_LOG_INTERVAL_S
-from shallowmirror.errors import OperatorActionRequired, ShallowMirrorError
+from shallowmirror.errors import OperatorActionRequired
 from shallowmirror.net.config import librdkafka_connection
 from shallowmirror.rdkafka_logs import ClientErrors, with_log_config
 
@@ -139,9 +139,10 @@ def committed_with_retries(consumer: Consumer, partitions: list[TP], *,
             delay = min(delay * 2, 2.0)
 
 
-class OtherCommitterError(ShallowMirrorError):
+class OtherCommitterError(OperatorActionRequired):
     """Another process commits under this engine's group while it owns every partition
-    (``partition.assignment=all``): both mirror everything."""
+    (``partition.assignment=all``): both mirror everything. A flow stops with it (a restart
+    would only find the other process again)."""
 
 
 class Membership:
@@ -200,6 +201,9 @@ class Membership:
         #: Mode ``all``: per partition, the offset the group held at the start or this process
         #: committed last (None: none); another value there is another process's commit.
         self._last_known: dict[TP, int | None] = {}
+        #: Off under exactly-once: there an instance taking a partition over is expected, and
+        #: the transactions fence the other (its commits go to the target, atomically).
+        self.refuse_other_committers = True
         #: ``time.monotonic()`` of the first subscription, the latest assignment and its
         #: committed offsets (the engine's start-up timeline reads them).
         self.subscribed_at: float | None = None
@@ -364,7 +368,7 @@ class Membership:
         not commit (nor find at its start) is another's, and the run stops with
         ``OtherCommitterError`` instead of doubling the target silently."""
         tps = [tp for tp in owned if tp in self._last_known]
-        if not tps:
+        if not tps or not self.refuse_other_committers:
             return
         try:
             found = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
@@ -373,7 +377,9 @@ class Membership:
         for tp in found:
             key = (tp.topic, tp.partition)
             now = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
-            if now != self._last_known[key]:
+            # None: the group holds nothing there any more (the topic was deleted and created
+            # again, and Kafka dropped its offsets), which no other process did.
+            if now is not None and now != self._last_known[key]:
                 raise OtherCommitterError(
                     f"another process commits offsets under group {self.group_id} on cluster "
                     f"{self.source_alias}: {tp.topic}-{tp.partition} is committed at {now}, "
