@@ -102,10 +102,12 @@ def _parse_int(item: str) -> int:
     except ValueError:
         pass
     hint = ""
+    factors = dict(_SUFFIXES)
     for unit, binary in (("kb", "KiB"), ("mb", "MiB"), ("gb", "GiB")):
         number = low[: -len(unit)]
         if low.endswith(unit) and number.replace(".", "", 1).isdigit():
+            size = float(number)
             hint = (f" ({unit} could mean either: {number}{binary} for "
-                    f"{int(float(number) * dict(_SUFFIXES)[binary.lower()]):,} or "
-                    f"{number}{unit[0]} for {int(float(number) * dict(_SUFFIXES)[unit[0]]):,})")
+                    f"{int(size * factors[binary.lower()]):,} or {number}{unit[0]} for "
+                    f"{int(size * factors[unit[0]]):,})")
     raise ValueError(f"expected a count such as 20000, 20k, 1m or 256KiB, got {item!r}{hint}")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from shallowmirror.engine.runtime import Runtime
-from shallowmirror.engine.topic_names import TopicMapperError, closest_name
+from shallowmirror.engine.topic_names import TopicMapperError, callable_name, closest_name
 from shallowmirror.errors import ConnectionFailedError
 from shallowmirror.net import Cluster
 
@@ -56,7 +56,7 @@ def _checked_predicate(predicate: Callable[[str], bool]) -> Callable[[str], bool
     every topic of the cluster (a ``re.match`` or None is taken as true or false). What it
     raises, or a string, is a ``TopicMapperError`` (the embedder's code: it ends the run naming
     the predicate and the topic)."""
-    name = repr(getattr(predicate, "__qualname__", predicate))
+    name = callable_name(predicate)
 
     def checked(topic: str) -> bool:
         try:

@@ -62,7 +62,7 @@ class MirrorEngine(EngineCore):
         self.sources.route_all = self._by_topic_all
 
     def target_partition_of(self, tp: tuple[str, int]) -> tuple[str, int]:
-        return (self._target_topic(tp[0]), tp[1])
+        return (mapped_topic(self.topic_mapper, tp[0]), tp[1])
 
     def check_clusters(self) -> None:
         """Refuse a listed topic that would be copied into itself: source and target are one

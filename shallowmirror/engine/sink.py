@@ -858,8 +858,8 @@ class Sinks:
         parts = self.cluster.partitions(ttp[0])
         what = (f"topic {ttp[0]} does not exist" if parts is None else
                 f"topic {ttp[0]} has {len(parts)} partitions, no partition {ttp[1]}")
+        source_cluster = getattr(self.events, "source", None)
         for batch in batches:
-            source_cluster = getattr(self.events, "source", None)
             source_count = (source_cluster.partitions(batch.topic)
                             if source_cluster is not None else None)
             if parts is not None and source_count is not None and \

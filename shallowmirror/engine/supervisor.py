@@ -108,12 +108,7 @@ class Supervisor:
         """Work that runs in no task of its own (a future's done callback) ended with ``err``,
         which no retry fixes: fail the engine exactly as that work failing in a ``spawn``-ed
         task would (asyncio only logs what escapes a callback, so it must come here)."""
-        if isinstance(err, EMBEDDER_ERRORS):
-            # The embedder's own code failed: the error names it (the hook and callback, the
-            # mapper and topic), and the work it interrupted ("produce request to ...") is not
-            # what failed. A cause's traceback is the embedder's code.
-            log.error("%s", err, exc_info=err.__cause__)
-            self._on_fatal(err)
+        if self._embedder_failed(err):
             return
         if not isinstance(err, EngineTaskError):
             cause = err
@@ -124,12 +119,20 @@ class Supervisor:
 
     def thread_failed(self, err: BaseException, *, what: str, where: Where | None = None) -> None:
         """A supervised thread ended with ``err`` (callable from any thread)."""
-        if isinstance(err, EMBEDDER_ERRORS):
-            log.error("%s", err, exc_info=err.__cause__)
-            self._on_fatal(err)
+        if self._embedder_failed(err):
             return
         log.error("%s failed: %s", what, err, exc_info=_traceback_for(err))
         self._on_fatal(EngineTaskError(what, err, where))
+
+    def _embedder_failed(self, err: BaseException) -> bool:
+        """The embedder's own code failed (``EMBEDDER_ERRORS``): fail the engine with its error
+        as it is (it names that code; the work it interrupted, "produce request to ...", is not
+        what failed), logged with its cause's traceback, the embedder's code. False otherwise."""
+        if not isinstance(err, EMBEDDER_ERRORS):
+            return False
+        log.error("%s", err, exc_info=err.__cause__)
+        self._on_fatal(err)
+        return True
 
     async def cancel_all(self) -> None:
         """Cancel every task still running and wait for them to end."""

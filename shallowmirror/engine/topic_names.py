@@ -37,8 +37,9 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__clu
                              "__share_group_state"})
 
 
-def _name(mapper: Callable[[str], str]) -> str:
-    return repr(getattr(mapper, "__qualname__", mapper))
+def callable_name(code: object) -> str:
+    """How an error names the embedder's callable: its qualified name, quoted."""
+    return repr(getattr(code, "__qualname__", code))
 
 
 def closest_name(name: str, names: Iterable[str]) -> str | None:
@@ -77,18 +78,18 @@ def mapped_topic(mapper: Callable[[str], str], topic: str) -> str:
     try:
         target = mapper(topic)
     except Exception as err:
-        raise TopicMapperError(f"topic_mapper {_name(mapper)} raised {type(err).__name__}: "
-                               f"{err} for source topic {topic}") from err
-    if isinstance(target, str) and target in INTERNAL_TOPICS:
-        raise TopicMapperError(f"topic_mapper {_name(mapper)} returned {target!r} for source "
-                               f"topic {topic}: that is one of Kafka's own topics")
+        raise TopicMapperError(f"topic_mapper {callable_name(mapper)} raised "
+                               f"{type(err).__name__}: {err} for source topic {topic}") from err
     if not isinstance(target, str):
         raise TopicMapperError(
-            f"topic_mapper {getattr(mapper, '__qualname__', mapper)!r} returned "
-            f"{type(target).__name__} {target!r} for source topic {topic}: it must return the "
-            f"target topic's name, a str ({RULE})")
+            f"topic_mapper {callable_name(mapper)} returned {type(target).__name__} "
+            f"{target!r} for source topic {topic}: it must return the target topic's name, a "
+            f"str ({RULE})")
+    if target in INTERNAL_TOPICS:
+        raise TopicMapperError(f"topic_mapper {callable_name(mapper)} returned {target!r} for "
+                               f"source topic {topic}: that is one of Kafka's own topics")
     if not legal_topic(target):
         raise TopicMapperError(
-            f"topic_mapper {getattr(mapper, '__qualname__', mapper)!r} returned {target!r} for "
-            f"source topic {topic}: not a legal Kafka topic name ({RULE})")
+            f"topic_mapper {callable_name(mapper)} returned {target!r} for source topic "
+            f"{topic}: not a legal Kafka topic name ({RULE})")
     return target
