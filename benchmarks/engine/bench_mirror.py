@@ -66,6 +66,7 @@ from pathlib import Path
 import psutil
 
 from shallowmirror import codec as codec_impl
+from shallowmirror.bench.interrupts import BenchmarkFailed
 from shallowmirror.bench.machine import python_reference_us
 from shallowmirror.bench.watermarks import HighWatermarks
 from shallowmirror.engine.config import resolve_settings
@@ -231,10 +232,10 @@ def _watch_mirror(proc: subprocess.Popen, watcher: HighWatermarks, ends: dict[in
             if all(high.get(p, -1) >= end for p, end in ends.items()):
                 break
         if proc.poll() is not None:
-            raise RuntimeError(f"mirror exited with status {proc.returncode} before the "
-                               "target caught up")
+            raise BenchmarkFailed(f"mirror exited with status {proc.returncode} before the "
+                                  "target caught up")
         if now - t0 > 600:
-            raise RuntimeError("mirror did not finish in 600 s")
+            raise BenchmarkFailed("mirror did not finish in 600 s")
         time.sleep(0.01)
     wall = time.monotonic() - t0
     t = ps.cpu_times()
@@ -275,7 +276,12 @@ def mirror_run(source: str, target: str, topic: str, prefix: str, ends: dict[int
         raise RuntimeError(f"{prefix}.{topic} is not empty before the mirror starts")
     # cwd too: ``python -m`` puts the working directory ahead of PYTHONPATH.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=_env(pythonpath), cwd=pythonpath)
-    assert proc.stdout.readline().startswith(b"engine ready")
+    if not proc.stdout.readline().startswith(b"engine ready"):
+        # Its own error (a setting refused, a cluster unreachable) is on stderr, above.
+        status = proc.wait(60)
+        watcher.close()
+        raise BenchmarkFailed(f"the engine under test exited with status {status} before it "
+                              "was ready (its error is above)")
     spy = None
     try:
         if py_spy:
@@ -338,7 +344,7 @@ def mirror_process_run(source: str, target: str, topic: str, prefix: str,
         try:
             while not started.wait(0.05):
                 if proc.poll() is not None:
-                    raise RuntimeError(f"mirror exited with status {proc.returncode}: "
+                    raise BenchmarkFailed(f"mirror exited with status {proc.returncode}: "
                                        f"{b''.join(said[-20:]).decode(errors='replace')}")
             return _watch_mirror(proc, watcher, ends, broker_pids)
         finally:

@@ -25,6 +25,12 @@ from typing import Any
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class BenchmarkFailed(RuntimeError):
+    """A benchmark could not measure what it was asked to (the mirror under test did not start,
+    exited early, never caught up): ``run_script`` ends with its message and status 1, not a
+    traceback, since the cause is the setting or the cluster named, not the script."""
+
+
 class StopSignalLog:
     """A context manager; ``received`` is the first stop signal seen inside it (or None)."""
 
@@ -78,6 +84,9 @@ def run_script(main: Callable[[], int | None]) -> int:
     stops = StopSignals.install()
     try:
         return main() or 0
+    except BenchmarkFailed as failed:
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as interrupt:
         status, word = outcome(stops.received_interrupt() or interrupt)
         print(word, file=sys.stderr)

@@ -17,9 +17,23 @@ import sys
 
 from shallowmirror.engine.engine import MirrorEngine, identity_mapper, prefix_mapper
 from shallowmirror.engine.process_tuning import tune_for_mirroring
+from shallowmirror.errors import ConfigError, ShallowMirrorError
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run until stopped; a refused setting (2) or a failed run (1) is one line on stderr, as
+    the ``shallowmirror`` command says it, so the script driving this (a benchmark) can show it."""
+    try:
+        return _run(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ShallowMirrorError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shallowmirror.engine.run")
     parser.add_argument("--source", required=True, help="source bootstrap.servers")
     parser.add_argument("--target", required=True, help="target bootstrap.servers")
