@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shallowmirror.engine import hotpath
-from shallowmirror.engine.arguments import check_engine_arguments
+from shallowmirror.engine.arguments import check_engine_arguments, check_seconds
 from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
 from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.consumer_group import ConsumerGroupMembership
@@ -730,6 +730,7 @@ class EngineCore:
         least one partition owned). A high watermark fetched before a producer's last records
         landed said "caught up" while they were not mirrored: an engine stopped on it left a
         partition's newest batch behind (a CI run on Kafka 3.7 counted its 104 records lost)."""
+        check_seconds(f"{type(self).__name__}.wait_caught_up", "timeout_s", timeout_s)
         since = time.monotonic() if since is None else since
 
         def caught_up() -> bool:

@@ -40,7 +40,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
-from shallowmirror.engine.arguments import check_engine_arguments
+from shallowmirror.engine.arguments import check_engine_arguments, check_seconds
 from shallowmirror.engine.batch import EngineStats, FetchedBatch
 from shallowmirror.engine.core import ClusterFactory, EngineCore, MembershipFactory
 from shallowmirror.engine.discovery import TopicsSpec
@@ -185,6 +185,7 @@ class BatchForwarder(EngineCore):
     async def next_batch(self, timeout_s: float | None = None) -> FetchedBatch | None:
         """The next fetched batch; None after ``timeout_s`` without one, or once the forwarder
         has stopped (a fatal engine error is raised). Cancelled, it loses no batch."""
+        check_seconds(f"{type(self).__name__}.next_batch", "timeout_s", timeout_s)
         if self._held:
             return self._held.popleft()
         if not self._fetched.empty():
@@ -410,6 +411,7 @@ class SyncBatchForwarder:
 
     def next_batch(self, timeout_s: float | None = None) -> FetchedBatch | None:
         """The next fetched batch; None after ``timeout_s`` without one, or once stopped."""
+        check_seconds(f"{type(self).__name__}.next_batch", "timeout_s", timeout_s)
         self.start()
         return self._run(self.forwarder.next_batch(timeout_s))
 
@@ -496,4 +498,5 @@ class SyncBatchForwarder:
     def wait_caught_up(self, timeout_s: float) -> bool:
         """True once every owned partition's committed position reaches its high watermark, as
         fetched after this call: every record on the source when it was made is forwarded."""
+        check_seconds(f"{type(self).__name__}.wait_caught_up", "timeout_s", timeout_s)
         return self._run(self.forwarder.wait_caught_up(timeout_s, since=time.monotonic()))

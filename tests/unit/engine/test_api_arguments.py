@@ -170,3 +170,38 @@ def test_a_flag_that_is_not_a_bool_is_refused(flag):
                                  **{flag: "no"}))
     assert isinstance(err, TypeError), err
     assert f"mirror(): {flag} must be True or False, not str 'no'" in str(err)
+
+
+def _sync_wait(method: str, timeout_s: Any) -> None:
+    from shallowmirror.engine import SyncBatchForwarder
+
+    forwarder = SyncBatchForwarder(NOWHERE, ELSEWHERE, topics=["t"])
+    try:
+        getattr(forwarder, method)(timeout_s)
+    finally:
+        forwarder.close()
+
+
+def _async_wait(method: str, timeout_s: Any) -> None:
+    from shallowmirror.engine import BatchForwarder
+
+    forwarder = BatchForwarder(NOWHERE, ELSEWHERE, topics=["t"])
+    asyncio.run(getattr(forwarder, method)(timeout_s))
+
+
+@pytest.mark.parametrize(("wait", "name"), [(_sync_wait, "SyncBatchForwarder"),
+                                            (_async_wait, "BatchForwarder")])
+@pytest.mark.parametrize("method", ["next_batch", "wait_caught_up"])
+@pytest.mark.parametrize(("timeout_s", "kind", "says"), [
+    ("2", TypeError, "timeout_s must be a number of seconds or None, not str '2'"),
+    (True, TypeError, "timeout_s must be a number of seconds or None, not bool True"),
+    (-1, ValueError, "timeout_s must be >= 0 seconds, not -1"),
+    (float("nan"), ValueError, "timeout_s must be >= 0 seconds, not nan"),
+])
+def test_a_wait_refuses_a_timeout_that_is_not_seconds(wait, name, method, timeout_s, kind,
+                                                      says):
+    """``next_batch(-1)`` returned None at once, as if the wait had timed out, and
+    ``next_batch("2")`` failed inside asyncio; the forwarder is never started (nothing is
+    reachable), so the error is the check's."""
+    err = _raised(lambda: wait(method, timeout_s))
+    assert isinstance(err, kind) and f"{name}.{method}(): {says}" in str(err), err
