@@ -64,6 +64,41 @@ def test_corrupt_source_batch_stops_only_its_partition(source_cluster, target_cl
     assert len(target[1]) == 50                                # the others keep going
 
 
+def test_wait_caught_up_leaves_out_a_stopped_partition_and_stats_name_it(
+        source_cluster, target_cluster, unique_topic):
+    """As README says: ``wait_caught_up`` is True once the partitions still mirroring are
+    caught up; the one a corrupt batch stopped is in ``stats().stopped`` with its error."""
+    from engine_support import group
+
+    from shallowmirror.engine import MirrorEngine
+
+    topic = unique_topic("crc-wait")
+    create_topic(source_cluster.client_config(), Workload(topic=topic, partitions=2))
+    create_target(target_cluster, topic, 2)
+    asyncio.run(produce_corrupt_batch(source_cluster, topic, 0))
+    _produce(source_cluster, topic, 1, 20, "other")
+    engine = MirrorEngine(source_cluster.client_config(), target_cluster.client_config(),
+                          topics=[topic], settings={"partition.assignment": "all",
+                                                    "group.id": group(),
+                                                    "fetch.max.wait.ms": 100})
+
+    async def scenario() -> tuple[bool, dict]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(engine.run(stop))
+        try:
+            while len(engine.stats().partitions) < 2:
+                await asyncio.sleep(0.05)
+            return await engine.wait_caught_up(60), engine.stats().stopped
+        finally:
+            stop.set()
+            await task
+
+    caught_up, stopped = asyncio.run(scenario())
+    assert caught_up
+    assert list(stopped) == [(topic, 0)] and "offset 0" in stopped[(topic, 0)], stopped
+    assert len(read_topic(target_cluster.client_config(), topic)[1]) == 20
+
+
 def test_a_source_topic_deleted_and_re_created_is_mirrored_again_from_its_start(
         source_cluster, target_cluster, unique_topic):
     """Kafka deletes a deleted topic's group offsets, so the re-created topic is read from its
