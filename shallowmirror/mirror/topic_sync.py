@@ -21,6 +21,7 @@ in MM2).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 SPARSE_DESCRIBE_LIMIT = 15
 #: Longest wait for one Metadata answer while listing topics.
 METADATA_WAIT_S = 5.0
+#: How long a topic the target just said exists (TOPIC_ALREADY_EXISTS, or CreatePartitions
+#: "already has N partitions") may be missing from, or short in, its Metadata answers: a
+#: broker's metadata trails its controller by a few milliseconds after a create.
+SETTLE_S = 2.0
 
 
 class ClusterUnreachableError(ShallowMirrorError):
@@ -116,6 +121,18 @@ class TopicSync:
                 + (f"; {hint}" if hint else "")) from err
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None
                 or t.error.code() == KafkaError.NO_ERROR}
+
+    def _settled_partitions(self, topic: str, at_least: int) -> int:
+        """``topic``'s partition count on the target, listed again (for up to ``SETTLE_S``)
+        while it is below ``at_least``: right after a create the listing can still say 0, and a
+        count taken from it once sent CreatePartitions to a topic that had them all (refused:
+        the topic was then not mirrored, and the process exited 1)."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            count = self._list(self.target_admin, self.flow.target).get(topic, 0)
+            if count >= at_least or time.monotonic() >= deadline:
+                return count
+            time.sleep(0.1)
 
     def source_topics(self) -> dict[str, int]:
         """Source topics this flow replicates -> partition count."""
@@ -191,9 +208,9 @@ class TopicSync:
             except KafkaException as err:
                 kerr = err.args[0]
                 if kerr.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    # Another mirror process created it first: take its partition count.
-                    state.remote_partitions = self._list(self.target_admin, self.flow.target).get(
-                        state.remote_topic, 0)
+                    # Created first by another mirror process, or by this one a moment ago
+                    # (a listing that trailed the create said it was missing): its count.
+                    state.remote_partitions = self._settled_partitions(state.remote_topic, 1)
                     return
                 if kerr.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST) \
                         and attempt_configs != FORCED_TOPIC_CONFIGS:
@@ -217,6 +234,12 @@ class TopicSync:
         try:
             future.result(timeout=self.timeout_s)
         except KafkaException as err:
+            settled = self._settled_partitions(state.remote_topic, state.source_partitions)
+            if settled >= state.source_partitions:
+                # Refused because it has them already: the count it was asked from was stale.
+                state.remote_partitions = settled
+                return
+            state.remote_partitions = settled
             self._fail(state, f"source topic {state.source_topic} has "
                               f"{state.source_partitions} partitions but remote topic "
                               f"{state.remote_topic} on {self.flow.target} has "
