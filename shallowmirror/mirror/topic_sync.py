@@ -234,12 +234,14 @@ class TopicSync:
         try:
             future.result(timeout=self.timeout_s)
         except KafkaException as err:
-            settled = self._settled_partitions(state.remote_topic, state.source_partitions)
-            if settled >= state.source_partitions:
-                # Refused because it has them already: the count it was asked from was stale.
-                state.remote_partitions = settled
-                return
-            state.remote_partitions = settled
+            if err.args[0].code() == KafkaError.INVALID_PARTITIONS:
+                # Kafka's "already has N partition(s)": the count asked from may have been a
+                # listing that trailed a create. Other refusals (a broker without
+                # CreatePartitions) are final: no wait, for each such topic of a refresh.
+                state.remote_partitions = self._settled_partitions(state.remote_topic,
+                                                                   state.source_partitions)
+                if state.remote_partitions >= state.source_partitions:
+                    return
             self._fail(state, f"source topic {state.source_topic} has "
                               f"{state.source_partitions} partitions but remote topic "
                               f"{state.remote_topic} on {self.flow.target} has "

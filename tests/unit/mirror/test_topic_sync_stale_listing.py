@@ -40,9 +40,11 @@ class LaggingTarget:
     grow. Creates and grows are refused as Kafka refuses them for a topic that already is there
     (with ``partitions``)."""
 
-    def __init__(self, partitions: int, stale: list[int | None]) -> None:
+    def __init__(self, partitions: int, stale: list[int | None],
+                 grow_refusal: int = KafkaError.INVALID_PARTITIONS) -> None:
         self.partitions = partitions
         self.stale = list(stale)
+        self.grow_refusal = grow_refusal
         self.calls: list[str] = []
 
     def list_topics(self, timeout: float) -> SimpleNamespace:
@@ -57,7 +59,7 @@ class LaggingTarget:
 
     def create_partitions(self, parts: list, request_timeout: float) -> dict:
         self.calls.append("grow")
-        return {p.topic: _Done(KafkaError(KafkaError.INVALID_PARTITIONS,
+        return {p.topic: _Done(KafkaError(self.grow_refusal,
                                           f"Topic already has {self.partitions} partition(s)."))
                 for p in parts}
 
@@ -96,5 +98,16 @@ def test_a_topic_short_of_partitions_after_the_wait_is_still_an_error():
     target = LaggingTarget(partitions=1, stale=[])
     sync = _sync(target)
     assert sync.refresh() == []
+    (message,) = sync.errors().values()
+    assert "has 2 partitions but remote topic A.orders on B has 1" in message, message
+
+
+def test_a_grow_refused_for_another_reason_fails_at_once_without_listing_again():
+    """A broker without CreatePartitions (tansu) refuses otherwise: waiting for the listing
+    there would stall each such topic of every refresh by the settle time."""
+    target = LaggingTarget(partitions=1, stale=[], grow_refusal=KafkaError.INVALID_REQUEST)
+    sync = _sync(target)
+    assert sync.refresh() == []
+    assert target.calls == ["list", "grow"], target.calls
     (message,) = sync.errors().values()
     assert "has 2 partitions but remote topic A.orders on B has 1" in message, message
