@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,7 +214,7 @@ class SourcePartition:
     __slots__ = ("topic", "partition", "offsets", "high_watermark", "high_watermark_at", "leader",
                  "paused", "error", "skip_to_high_watermark", "topic_id", "taken_over",
                  "last_committed_sent", "records", "batches", "bytes", "errors", "ack_run",
-                 "ack_tally")
+                 "ack_tally", "revoked")
 
     def __init__(self, topic: str, partition: int, position: int, offset_map: OffsetMap) -> None:
         self.topic = topic
@@ -227,6 +227,9 @@ class SourcePartition:
         self.high_watermark_at = float("-inf")
         self.leader: int | None = None
         self.paused = False              # revoked or leader unknown: not fetched
+        #: Being revoked (or revoked): never fetched again, even while the revocation keeps it
+        #: in the engine's partitions for its in-flight batches to settle (``still_owned``).
+        self.revoked = False
         self.error: str | None = None    # stopped: nothing forwarded, offset not advanced
         self.skip_to_high_watermark = False   # auto.offset.reset=latest on tansu-safe terms
         #: The source topic's id when first fetched (None: the broker gives none): another id
@@ -275,3 +278,13 @@ class SourcePartition:
         return PartitionStats(self.topic, self.partition, committed, self.high_watermark, lag,
                               self.records, self.batches, self.bytes, self.errors, self.error,
                               self.taken_over)
+
+
+def still_owned(partitions: Mapping[TP, SourcePartition], sp: SourcePartition) -> bool:
+    """Whether ``sp`` is its partition's current ownership: the engine's entry for it, and not
+    being revoked. A revocation keeps the partition in the engine's dict while its in-flight
+    batches settle; a task that checked the entry alone (resume's start, a leader lookup)
+    attached it to a fetch loop again there, and the revoked ownership fetched on beside the
+    next owner (the engine's own, after an assignment back: its acknowledgements then reached
+    the new ownership's offsets, IndexError in ``PartitionOffsets.ack``; seen on Kafka 3.7)."""
+    return not sp.revoked and partitions.get(sp.tp) is sp

@@ -477,6 +477,7 @@ class EngineCore:
         owned = [self.partitions[tp] for tp in tps if tp in self.partitions]
         for sp in owned:
             sp.paused = True
+            sp.revoked = True           # no task attaches it again (batch.still_owned)
             self.sources.detach(sp)
         await self.runtime.progress.wait_until(
             lambda: not any(sp.offsets.pending for sp in owned) or self.sinks.stopped,

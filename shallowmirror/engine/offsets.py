@@ -279,9 +279,17 @@ class PartitionOffsets:
     def ack(self, entry: Entry, target_base: int | None) -> int:
         """The target acknowledged ``entry``; return the (possibly advanced) committed position."""
         assert not entry.acked, f"entry {entry} acknowledged twice"
+        entries = self._entries
+        if not entries or (entries[0] is not entry and not any(e is entry for e in entries)):
+            # Not one of this ownership's entries (an earlier ownership's batch reaching it was
+            # an IndexError here, or acknowledged in name only): refused, nothing recorded. The
+            # scan runs only off the usual path (a partition's batches are acknowledged in order).
+            raise AssertionError(
+                f"acknowledged offsets {entry.start}..{entry.end - 1} are not pending in this "
+                f"partition (committed {self._committed}, fetched up to {self._end}, "
+                f"{len(entries)} pending): a batch of an earlier ownership")
         entry.acked = True
         entry.target_base = target_base
-        entries = self._entries
         if entries[0] is entry and (len(entries) == 1 or not entries[1].acked):
             # The usual case: the oldest entry, nothing acknowledged behind it (what _advance
             # does for one entry, without its loop).

@@ -87,7 +87,7 @@ from dataclasses import dataclass, field, replace
 
 from kafka import errors as Errors
 
-from shallowmirror.engine.batch import SourcePartition
+from shallowmirror.engine.batch import SourcePartition, still_owned
 from shallowmirror.engine.membership import Membership, Positions
 from shallowmirror.engine.offsets import MapRow, OffsetMap
 from shallowmirror.engine.pairing import (
@@ -453,7 +453,7 @@ class ResumeStart:
         elsewhere: dict[str, str] = {}   # this run's target topic -> the one committed into
         started = []
         for (sp, target), outcome in zip(items, outcomes, strict=True):
-            if outcome is None or self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+            if outcome is None or not still_owned(self.partitions, sp) or self.runtime.stopping:
                 continue                  # stopped, or revoked while reading
             if outcome.other_topic is not None:
                 elsewhere[target[0]] = outcome.other_topic
@@ -492,7 +492,7 @@ class ResumeStart:
         for sp in started:
             # Revoked (or re-assigned: a new SourcePartition) while the commit was under way:
             # fetching it would give the partition a second writer.
-            if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+            if not still_owned(self.partitions, sp) or self.runtime.stopping:
                 continue
             sp.paused = False
             self.sources.attach(sp)
@@ -513,13 +513,13 @@ class ResumeStart:
                     log.warning("%s: reading the target to resume failed (%s); "
                                         "retrying in %.1fs", self.where(sp.tp), err, delay)
                     await asyncio.sleep(delay)
-                    if self.partitions.get(sp.tp) is not sp or self.runtime.stopping:
+                    if not still_owned(self.partitions, sp) or self.runtime.stopping:
                         return None
                     continue
                 error: BaseException = err
             except ResumeRefusedError as err:
                 error = err
-            if self.partitions.get(sp.tp) is sp:
+            if still_owned(self.partitions, sp):
                 self.sources.stop_partition(sp, error)
             return None
 

@@ -38,7 +38,7 @@ from shallowmirror.codec import deep
 from shallowmirror.codec.layout import TRANSACTIONAL_MASK
 from shallowmirror.engine import hotpath
 from shallowmirror.engine.backoff import Backoff
-from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition
+from shallowmirror.engine.batch import TP, FetchedBatch, SourcePartition, still_owned
 from shallowmirror.engine.budget import ByteBudget, FrameLease
 from shallowmirror.engine.fetch_session import FetchSession
 from shallowmirror.engine.fetch_share import Sharers, fair_partition_bytes
@@ -649,8 +649,12 @@ class Sources:
 
     # ---- which broker fetches a partition ----
     def attach(self, sp: SourcePartition) -> None:
-        """Fetch ``sp`` from its leader's source (started on first use)."""
+        """Fetch ``sp`` from its leader's source (started on first use); never a partition
+        being revoked (``still_owned``): whatever task asks, it would get a second writer."""
         assert self.cluster is not None
+        if sp.revoked:
+            log.debug("%s: revoked; not fetched again", self._where(sp.tp))
+            return
         leader = self.cluster.leader(*sp.tp)
         sp.leader = leader
         if leader is None:
@@ -709,10 +713,12 @@ class Sources:
         assert self.cluster is not None
         backoff = self.backoff()
         try:
-            while not self.stopping and self.partitions.get(sp.tp) is sp:
+            while not self.stopping and still_owned(self.partitions, sp):
                 await asyncio.sleep(backoff.next_s())
                 with contextlib.suppress(ConnectionFailedError):
                     await self.cluster.refresh_metadata([sp.topic])
+                if not still_owned(self.partitions, sp):
+                    return                  # revoked while the metadata was on its way
                 if self.cluster.leader(*sp.tp) is not None:
                     self.attach(sp)
                     return
@@ -743,7 +749,7 @@ class Sources:
         try:
             reset = self.settings["auto.offset.reset"]
             new = await self.list_offset(sp.tp, -2 if reset == "earliest" else -1)
-            if self.partitions.get(sp.tp) is not sp:
+            if not still_owned(self.partitions, sp):
                 return
             old = sp.fetch_position
             log.warning("%s: source topic %s was deleted and created again (topic id %s, was "
@@ -753,7 +759,7 @@ class Sources:
                         sp.topic_id, new, reset, old)
             # Batches fetched before (the old topic's) finish first: their offsets are forgotten.
             await self.runtime.progress.wait_until(lambda: not sp.offsets.pending)
-            if self.partitions.get(sp.tp) is not sp:
+            if not still_owned(self.partitions, sp):
                 return
             sp.offsets.restart(new)
             sp.skip_to_high_watermark = reset == "latest"
@@ -774,7 +780,7 @@ class Sources:
         reset = self.settings["auto.offset.reset"]
         old = sp.fetch_position
         new = await self.list_offset(sp.tp, -2 if reset == "earliest" else -1)
-        if self.partitions.get(sp.tp) is not sp:
+        if not still_owned(self.partitions, sp):
             return
         if new > old:
             log.warning("%s: OFFSET_OUT_OF_RANGE at %d; skipping %d..%d (%d offsets, "
@@ -787,6 +793,8 @@ class Sources:
         # What was fetched below the new start must be acknowledged (or abandoned) first.
         await self.runtime.progress.wait_until(
             lambda: not (new < sp.offsets.end and sp.offsets.pending))
+        if not still_owned(self.partitions, sp):
+            return                          # revoked while its batches settled
         sp.offsets.reset(new)
         sp.skip_to_high_watermark = reset == "latest"
         self.attach(sp)

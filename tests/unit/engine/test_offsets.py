@@ -66,6 +66,23 @@ def test_double_ack_and_backwards_batch_are_refused() -> None:
         po.add_batch(15, 5, 10)
 
 
+
+@pytest.mark.parametrize("pending", [0, 1], ids=["nothing pending", "a later batch pending"])
+def test_an_entry_of_an_earlier_ownership_is_refused_and_changes_nothing(pending: int) -> None:
+    """A batch registered with one ownership's offsets, acknowledged into the next one's (the
+    partition revoked and assigned again): it was an IndexError with nothing pending, and with
+    something pending it was marked acknowledged and dropped without a word."""
+    earlier = PartitionOffsets(100)
+    stale = earlier.add_batch(110, 100, 10)
+    again = PartitionOffsets(100)
+    if pending:                          # the same offsets fetched again by the new owner
+        again.add_batch(110, 100, 10)
+    before = (again.committed, again.end, again.pending)
+    with pytest.raises(AssertionError, match=r"offsets 100\.\.109 are not pending"):
+        again.ack(stale, 7000)
+    assert (again.committed, again.end, again.pending) == before
+    assert not stale.acked and again.offset_map.rows() == []
+
 def test_abandon_and_reset() -> None:
     po = PartitionOffsets(0)
     a = po.add_batch(10, 0, 10)

@@ -78,3 +78,31 @@ def test_only_partitions_still_owned_after_the_commit_are_fetched():
     attached, sps = asyncio.run(scenario())
     assert attached == [sps[(TOPIC, 0)]]
     assert sps[(TOPIC, 1)].paused and sps[(TOPIC, 2)].paused
+
+
+def test_a_partition_being_revoked_when_the_commit_ends_is_not_fetched():
+    """The revocation keeps the partition in the engine's dict while its in-flight batches
+    settle (``EngineCore._on_revoked``): the entry alone said "owned", and resume attached it
+    there (seen on Kafka 3.7 with group.protocol=consumer: the revoked ownership fetched on)."""
+    async def scenario() -> tuple[list, SourcePartition]:
+        runtime = Runtime(resolve_settings({}), fail=lambda err: None)
+        sources, membership = _Sources(), _Membership()
+        partitions: dict = {}
+        start = ResumeStart(_Resume(), runtime, sources, partitions, where=str,
+                            source_alias="source", group_id="g")
+        sps = [SourcePartition(TOPIC, p, 0, OffsetMap()) for p in range(2)]
+        for sp in sps:
+            partitions[sp.tp] = sp
+            start.hold(sp, sp.tp, None)
+        run = asyncio.create_task(start.run([(sp, sp.tp) for sp in sps], {},
+                                            {sp.tp for sp in sps}, membership, lambda o: o))
+        while not membership.pending:
+            await asyncio.sleep(0)
+        sps[1].revoked = True                     # revocation under way, still in the dict
+        membership.pending[0].set_result(None)
+        await run
+        return sources.attached, sps[1]
+
+    attached, revoking = asyncio.run(scenario())
+    assert [sp.partition for sp in attached] == [0]
+    assert revoking.paused
