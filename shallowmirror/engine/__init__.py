@@ -8,7 +8,7 @@ assigned/revoked).
 """
 
 from .api import ensure_target_topics, mirror, mirror_async
-from .batch import EngineStats, FetchedBatch, PartitionStats
+from .batch import BatchAbandonedError, EngineStats, FetchedBatch, PartitionStats
 from .config import ENGINE_SETTINGS
 from .engine import MirrorEngine, identity_mapper, prefix_mapper
 from .forwarder import BatchForwarder, SyncBatchForwarder
@@ -20,7 +20,7 @@ from .supervisor import EngineTaskError
 from .topic_names import TopicMapperError
 
 __all__ = [
-    "ENGINE_SETTINGS", "BatchAck", "BatchForwarder", "EngineHooks", "EngineTaskError", "EngineStats", "FetchedBatch",
+    "ENGINE_SETTINGS", "BatchAbandonedError", "BatchAck", "BatchForwarder", "EngineHooks", "EngineTaskError", "EngineStats", "FetchedBatch",
     "HookError", "JsonLinesMetricsSink", "ListMetricsSink", "MapRow", "MessageTooLargeError", "MetricsSink", "MirrorEngine",
     "NullMetricsSink", "OffsetMap", "PartitionStats", "TopicMapperError", "ensure_target_topics", "identity_mapper",
     "mirror", "mirror_async", "prefix_mapper", "SyncBatchForwarder",

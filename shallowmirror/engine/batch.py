@@ -17,8 +17,15 @@ from typing import Any
 from shallowmirror.engine.budget import FrameLease
 from shallowmirror.engine.offsets import OffsetMap, PartitionOffsets
 from shallowmirror.engine.producer_identity import Stamp
+from shallowmirror.errors import LocatedError
 
 TP = tuple[str, int]
+
+
+class BatchAbandonedError(LocatedError):
+    """A forwarded batch the engine gave up before the target acknowledged it: its partition
+    was revoked (its next owner mirrors it again from the last commit), stopped, or the engine
+    stopped. The target may hold it already: delivery is at least once."""
 
 
 class FetchedBatch:
@@ -140,6 +147,10 @@ class FetchedBatch:
                 self._future.set_result(target_base)
             else:
                 self._future.set_exception(error)
+                if isinstance(error, BatchAbandonedError):
+                    # Routine in a group (a revocation): a program that does not await its
+                    # futures is not told "exception was never retrieved" for each one.
+                    self._future.exception()
         if self._callbacks is not None:
             for fn in self._callbacks:
                 fn(self, target_base, error)
@@ -256,16 +267,24 @@ class SourcePartition:
     def fetch_position(self) -> int:
         return self.offsets.end
 
-    def abandon_pending(self, *, release: bool = False) -> int:
+    def abandon_pending(self, *, release: bool = False,
+                        error: Callable[[FetchedBatch], BaseException] | None = None) -> int:
         """Give up every fetched batch not yet acknowledged (revoked, or the engine stopping):
         the position stays at the last acknowledged batch, so they are mirrored again by whoever
-        fetches next. ``release`` also gives their frames back to the budget. Returns how many."""
+        fetches next. ``release`` also gives their frames back to the budget. ``error``: what a
+        program awaiting one of them (a forwarder's future or callback) is told, ``error(batch)``;
+        without it that wait never ended. Returns how many."""
         entries = self.offsets.abandon_pending()
         for entry in entries:
-            if isinstance(entry.payload, FetchedBatch):
-                entry.payload.abandoned = True
-                if release:
-                    entry.payload.release()
+            batch = entry.payload
+            if not isinstance(batch, FetchedBatch):
+                continue
+            batch.abandoned = True
+            if error is not None and not batch.done and (
+                    batch._future is not None or batch._callbacks is not None):
+                batch._finish(None, error(batch))      # its frame goes back with it
+            elif release:
+                batch.release()
         return len(entries)
 
     @property

@@ -38,7 +38,13 @@ from typing import Any
 
 from shallowmirror.engine import hotpath
 from shallowmirror.engine.arguments import check_engine_arguments, check_seconds
-from shallowmirror.engine.batch import TP, EngineStats, FetchedBatch, SourcePartition
+from shallowmirror.engine.batch import (
+    TP,
+    BatchAbandonedError,
+    EngineStats,
+    FetchedBatch,
+    SourcePartition,
+)
 from shallowmirror.engine.config import exactly_once, resolve_settings
 from shallowmirror.engine.consumer_group import ConsumerGroupMembership
 from shallowmirror.engine.discovery import TopicDiscovery, TopicsSpec, topic_predicate
@@ -317,7 +323,9 @@ class EngineCore:
                 except HookError as err:
                     self.fail(err)           # run() raises it once shutdown is done
         for sp in self.partitions.values():
-            sp.abandon_pending(release=True)
+            sp.abandon_pending(release=True, error=self._abandoned(
+                "the engine stopped before the target acknowledged it; the next start mirrors "
+                "it again from the last commit"))
         if self.partitions:
             # Stopping gives every partition up, as Kafka's consumers call onPartitionsRevoked
             # when they close: an embedder that tracks ownership from these hooks saw partitions
@@ -482,8 +490,11 @@ class EngineCore:
         await self.runtime.progress.wait_until(
             lambda: not any(sp.offsets.pending for sp in owned) or self.sinks.stopped,
             self.settings["request.timeout.ms"] / 1000 if commit else 0)
+        lost = self._abandoned(
+            "its partition was revoked before the target acknowledged it; the partition's next "
+            "owner mirrors it again from the last commit")
         for sp in owned:
-            abandoned = sp.abandon_pending()
+            abandoned = sp.abandon_pending(error=lost)
             if abandoned:
                 log.warning("%s: %d batches abandoned on revocation; they may be mirrored "
                             "again by the next owner", self._where(sp.tp), abandoned)
@@ -498,6 +509,12 @@ class EngineCore:
         if owned:
             self.hooks.partitions_revoked([sp.tp for sp in owned])
         return result
+
+    def _abandoned(self, why: str) -> Callable[[FetchedBatch], BaseException]:
+        """What a program awaiting an abandoned batch is told (``abandon_pending``'s error)."""
+        return lambda batch: BatchAbandonedError(f"batch not forwarded: {why}", Where(
+            cluster=self.source_alias, topic=batch.topic, partition=batch.partition,
+            offset=batch.source_base))
 
     def _source_topic_id(self, tp: TP) -> str | None:
         """The id of the source topic ``tp``'s batches come from: the one the partition fetches

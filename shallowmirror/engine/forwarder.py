@@ -186,6 +186,17 @@ class BatchForwarder(EngineCore):
         """The next fetched batch; None after ``timeout_s`` without one, or once the forwarder
         has stopped (a fatal engine error is raised). Cancelled, it loses no batch."""
         check_seconds(f"{type(self).__name__}.next_batch", "timeout_s", timeout_s)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            batch = await self._next_fetched(left)
+            if batch is None or not batch.abandoned:
+                return batch
+            # Its partition was revoked (or stopped) while it waited here: not handed out, the
+            # partition's next owner mirrors it.
+            batch.release()
+
+    async def _next_fetched(self, timeout_s: float | None) -> FetchedBatch | None:
         if self._held:
             return self._held.popleft()
         if not self._fetched.empty():
@@ -211,6 +222,18 @@ class BatchForwarder(EngineCore):
                 return None              # timed out
         await runner                     # stopped: its error, if it ended with one
         return None
+
+    def route(self, batch: FetchedBatch, target_topic: str, target_partition: int) -> None:
+        """Queue ``batch`` for the target, unless it was abandoned after it was handed out (its
+        partition revoked or stopped): then its future fails with ``batch.BatchAbandonedError``
+        at once. Queued, it was dropped unsent and its future never resolved."""
+        if batch.abandoned:
+            batch.target_topic, batch.target_partition = target_topic, target_partition
+            batch._finish(None, self._abandoned(
+                "its partition was revoked or stopped after the batch was handed out; the "
+                "partition's next owner mirrors it again from the last commit")(batch))
+            return
+        super().route(batch, target_topic, target_partition)
 
     def forward(self, batch: FetchedBatch, topic: str, partition: int,
                 callback: AckCallback | None = None) -> asyncio.Future:

@@ -818,7 +818,7 @@ class Sources:
         sp.error = str(err)
         self.detach(sp)
         if abandon_pending:
-            sp.abandon_pending()
+            sp.abandon_pending(error=lambda _batch: err)
         log.error("partition stopped, nothing more forwarded from it and its committed offset "
                   "stays at %d: %s", sp.offsets.committed, err)
         self.runtime.progress.notify()

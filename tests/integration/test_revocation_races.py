@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from engine_support import create_target, group, load_topic
 
-from shallowmirror.engine import MirrorEngine
+from shallowmirror.engine import BatchAbandonedError, BatchForwarder, MirrorEngine
 from shallowmirror.engine.membership import Positions
 from shallowmirror.testing.topics import read_topic
 
@@ -139,3 +139,97 @@ def test_a_partition_revoked_during_resumes_start_commit_is_not_fetched_after(
 
 def _content(record: Any) -> tuple:
     return (record.key, record.value, record.headers, record.timestamp_ms)
+
+
+def _forwarder(source_cluster, target_cluster, topic: str, memberships: list) -> BatchForwarder:
+    def factory(*args: Any, **kwargs: Any) -> HeldCommits:
+        membership = HeldCommits(*args, **kwargs)
+        membership.holding = False
+        memberships.append(membership)
+        return membership
+
+    return BatchForwarder(source_cluster.client_config(), target_cluster.client_config(),
+                          topics=[topic], membership_factory=factory,
+                          settings={"partition.assignment": "group", "group.id": group(),
+                                    "fetch.max.wait.ms": 100})
+
+
+def test_a_forwarder_program_learns_of_batches_its_revoked_partition_abandoned(
+        source_cluster, target_cluster, unique_topic):
+    """A program forwarding a batch it holds after the batch's partition was revoked gets
+    ``BatchAbandonedError`` naming the batch, at once (the batch was queued and dropped unsent:
+    the future never resolved); the batches of that partition still waiting to be handed out
+    are not handed out."""
+    topic = unique_topic("revoke-forwarder")
+    load_topic(source_cluster, topic, 4000, partitions=2, batch_bytes=16384)
+    create_target(target_cluster, topic, 2)
+    memberships: list[HeldCommits] = []
+
+    async def scenario() -> tuple:
+        forwarder = _forwarder(source_cluster, target_cluster, topic, memberships)
+        await forwarder.start()
+        try:
+            membership = memberships[0]
+            tps = [(topic, 0), (topic, 1)]
+            await membership.on_assigned(tps, Positions({tp: None for tp in tps}))
+            held: dict[int, Any] = {}
+            while len(held) < 2:
+                batch = await forwarder.next_batch(30)
+                assert batch is not None
+                if batch.partition in held:
+                    forwarder.drop(batch)
+                held.setdefault(batch.partition, batch)
+            await membership.on_revoked([(topic, 1)], False)
+            with pytest.raises(BatchAbandonedError) as abandoned:
+                await asyncio.wait_for(forwarder.forward(held[1], topic, 1), 10)
+            with pytest.raises(ValueError, match="already forwarded"):
+                forwarder.forward(held[1], topic, 1)
+            assert await asyncio.wait_for(forwarder.forward(held[0], topic, 0), 10) >= 0
+            # New records on both: partition 0's are handed out, partition 1's are not fetched.
+            await asyncio.to_thread(load_topic, source_cluster, topic, 1000, partitions=2,
+                                    create_topic=False, seed=5)
+            later = []
+            while (batch := await forwarder.next_batch(2)) is not None:
+                later.append(batch.partition)
+                forwarder.drop(batch)
+            return str(abandoned.value), held[1], later
+        finally:
+            await forwarder.stop()
+
+    text, batch, later = asyncio.run(scenario())
+    assert f"topic-partition {topic}-1, offset {batch.source_base}" in text, text
+    assert "revoked" in text and "next owner" in text, text
+    assert later and set(later) == {0}, later
+
+
+def test_every_forwarded_batch_of_a_stopped_partition_resolves(source_cluster, target_cluster,
+                                                               unique_topic):
+    """A batch forwarded to a partition the target lacks stops its source partition; the
+    batches forwarded after it were abandoned unsent and their futures never resolved (a
+    program gathering them waited for ever). Each now fails with the partition's error."""
+    topic = unique_topic("stopped-forwarder")
+    load_topic(source_cluster, topic, 3000, partitions=1, batch_bytes=16384)
+    create_target(target_cluster, topic, 1)
+
+    async def scenario() -> list:
+        forwarder = BatchForwarder(source_cluster.client_config(),
+                                   target_cluster.client_config(), topics=[topic],
+                                   settings={"fetch.max.wait.ms": 100})
+        await forwarder.start()
+        try:
+            futures = []
+            for i in range(30):
+                batch = await forwarder.next_batch(30)
+                assert batch is not None
+                futures.append(forwarder.forward(batch, topic, 5 if i == 3 else 0))
+            return await asyncio.wait_for(
+                asyncio.gather(*futures, return_exceptions=True), 30)
+        finally:
+            await forwarder.stop()
+
+    results = asyncio.run(scenario())        # all resolved: the gather ended
+    # The three before may have been written (or abandoned behind the failure, in flight).
+    assert all(isinstance(r, (int, Exception)) for r in results[:3]), results[:3]
+    failed = [r for r in results[3:] if isinstance(r, Exception)]
+    assert len(failed) == len(results) - 3, results
+    assert all("no partition 5" in str(r) for r in failed), failed[:2]
