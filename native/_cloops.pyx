@@ -85,13 +85,13 @@ cdef enum:
     B_PRODUCER_EPOCH, B_TOPIC, B_PARTITION, B_ACKED, B_START, B_DONE, B_FUTURE, B_CALLBACKS,
     B_LEASE, B_VIEW, B_RECORD_COUNT, B_TARGET_BASE, B_IS_GAP, B_SOURCE_BASE, B_END,
     B_NEXT_OFFSET, B_TARGET_TOPIC, B_TARGET_PARTITION, B_ENQUEUE_NO, B_RECORD_OFFSETS,
-    B_COMPRESSION, B_FETCHED_AT
+    B_COMPRESSION, B_FETCHED_AT, B_OFFSETS
 cdef _Layout _BATCH = _Layout((
     "abandoned", "size", "attempts", "header", "rest", "stamp_generation", "producer_id",
     "producer_epoch", "topic", "partition", "acked", "start", "done", "_future", "_callbacks",
     "lease", "view", "record_count", "target_base", "is_gap", "source_base", "end",
     "next_offset", "target_topic", "target_partition", "enqueue_no", "record_offsets",
-    "compression", "fetched_at"))
+    "compression", "fetched_at", "offsets"))
 
 # TargetPartitionQueue fields
 cdef enum:
@@ -136,13 +136,13 @@ cdef enum:
     N_SOURCE_BASE, N_NEXT_OFFSET, N_REBUILT, N_HIGH_WATERMARK, N_TARGET_TOPIC,
     N_TARGET_PARTITION, N_HEADER, N_REST, N_ATTEMPTS, N_ENQUEUE_NO, N_RECORD_OFFSETS, N_DONE,
     N_ABANDONED, N_CALLBACKS, N_FUTURE, N_START, N_END, N_ACKED, N_TARGET_BASE, N_IS_GAP,
-    N_STAMP_GENERATION
+    N_STAMP_GENERATION, N_OFFSETS
 cdef _Layout _NEW = _Layout((
     "topic", "partition", "view", "lease", "fetched_at", "record_count", "size", "compression",
     "source_base", "next_offset", "rebuilt", "high_watermark", "target_topic",
     "target_partition", "header", "rest", "attempts", "enqueue_no", "record_offsets", "done",
     "abandoned", "_callbacks", "_future", "start", "end", "acked", "target_base", "is_gap",
-    "stamp_generation"))
+    "stamp_generation", "offsets"))
 cdef object _ZERO = 0
 cdef object _MINUS_ONE = -1
 
@@ -214,6 +214,7 @@ def prepare_usual(list views, Py_ssize_t start, int64_t position, str topic, par
         _set(batch, f[N_TARGET_BASE], None)
         _set(batch, f[N_IS_GAP], False)
         _set(batch, f[N_STAMP_GENERATION], _MINUS_ONE)
+        _set(batch, f[N_OFFSETS], None)
         out.append(batch)
         i += 1
     return out, i
@@ -239,6 +240,7 @@ def add_batches(offsets, list batches):
         _set(batch, b[B_START], end)
         end = _get(batch, b[B_NEXT_OFFSET])
         _set(batch, b[B_END], end)
+        _set(batch, b[B_OFFSETS], offsets)
         fetched_end = next_offset
     _get(offsets, _OFFSETS.off[O_ENTRIES]).extend(batches)
     _set(offsets, _OFFSETS.off[O_END], end)

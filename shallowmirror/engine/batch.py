@@ -45,8 +45,9 @@ class FetchedBatch:
         "compression", "source_base", "next_offset", "rebuilt", "target_topic",
         "target_partition", "header", "rest", "attempts", "done", "abandoned",
         "_callbacks", "_future", "high_watermark", "enqueue_no", "record_offsets",
-        # the offsets entry (engine.offsets): start < 0 until registered
-        "start", "end", "acked", "target_base", "is_gap",
+        # the offsets entry (engine.offsets): start < 0 until registered; ``offsets``: the
+        # ownership's PartitionOffsets that registered it (who may forward or acknowledge it)
+        "start", "end", "acked", "target_base", "is_gap", "offsets",
         # the producer identity stamped into ``header`` (generation < 0: not stamped)
         "producer_id", "producer_epoch", "base_sequence", "stamp_generation",
     )
@@ -87,6 +88,7 @@ class FetchedBatch:
         self.acked = False
         self.target_base: int | None = None
         self.is_gap = False
+        self.offsets: PartitionOffsets | None = None
         self.stamp_generation = -1
 
     # ---- as an offsets entry ----

@@ -240,9 +240,10 @@ class BatchForwarder(EngineCore):
         """Send ``batch`` unchanged to ``topic``/``partition`` on the target; the future resolves
         to the target base offset (None if the target did not say) or raises the error.
         ``TypeError``/``ValueError`` at the call: not a batch, not a legal topic name or
-        partition, a batch already forwarded or dropped."""
+        partition, a batch already forwarded or dropped, another forwarder's batch."""
         check_destination(batch, topic, partition, callback)
         check_undecided(batch, "forward")
+        self.check_handed_out(batch, "forward")
         self._check_running("forward")
         future = batch.future()
         if callback is not None:
@@ -254,8 +255,22 @@ class BatchForwarder(EngineCore):
         """Do not forward ``batch``; its offsets count as done. ``ValueError`` for a batch
         already forwarded or dropped."""
         check_undecided(batch, "drop")
+        self.check_handed_out(batch, "drop")
         self._check_running("drop")
         self.batch_dropped(batch)
+
+    def check_handed_out(self, batch: FetchedBatch, action: str) -> None:
+        """``ValueError`` for a batch this forwarder did not hand out (another forwarder's):
+        its acknowledgement would reach no partition of this one (the other's commits then
+        stopped at it for good) or another ownership's offsets. A batch of a partition revoked
+        since is this one's (``route`` tells its future)."""
+        if not isinstance(batch, FetchedBatch) or batch.abandoned:
+            return                      # (not a batch: the TypeError of the other checks)
+        sp = self.partitions.get((batch.topic, batch.partition))
+        if batch.offsets is None or sp is None or batch.offsets is not sp.offsets:
+            raise ValueError(f"{action}(): {batch!r} was not handed out by this forwarder "
+                             "(another forwarder's batch?); forward or drop each batch with the "
+                             "forwarder whose next_batch() gave it")
 
     def _check_running(self, what: str) -> None:
         """``RuntimeError`` once ``stop()`` was called: nothing forwarded after it would be
@@ -456,8 +471,9 @@ class SyncBatchForwarder:
         The future resolves to the target base offset (None: the target did not say) or raises
         the error that stopped the batch's source partition. ``TypeError``/``ValueError`` at the
         call: not a batch, not a legal topic name or partition, a batch already forwarded or
-        dropped."""
+        dropped, another forwarder's batch."""
         check_destination(batch, topic, partition, on_ack)
+        self.forwarder.check_handed_out(batch, "forward")
         self._claim(batch, "forward")
         result: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -488,6 +504,7 @@ class SyncBatchForwarder:
     def drop(self, batch: FetchedBatch) -> None:
         """Do not forward ``batch``; its offsets count as done (does not block). ``ValueError``
         for a batch already forwarded or dropped."""
+        self.forwarder.check_handed_out(batch, "drop")
         self._claim(batch, "drop")
 
         def on_loop() -> None:

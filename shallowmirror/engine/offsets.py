@@ -255,7 +255,8 @@ class PartitionOffsets:
     def add_batches(self, batches: Sequence[Any]) -> None:
         """Register forwarded batches (in order) that are their own entries: each has
         ``source_base``, ``record_count`` and ``next_offset``, and gets ``start``/``end`` here
-        (the engine's ``FetchedBatch``: one object per batch instead of a batch and an entry)."""
+        (the engine's ``FetchedBatch``: one object per batch instead of a batch and an entry),
+        and ``offsets`` (this object: the ownership that may acknowledge it)."""
         end = self._end
         for batch in batches:
             source_base = batch.source_base
@@ -263,6 +264,7 @@ class PartitionOffsets:
                 f"batch at {source_base} starts below the fetched end {end}")
             batch.start = end
             end = batch.end = batch.next_offset
+            batch.offsets = self
         self._entries.extend(batches)
         self._end = end
 
@@ -287,7 +289,7 @@ class PartitionOffsets:
             raise AssertionError(
                 f"acknowledged offsets {entry.start}..{entry.end - 1} are not pending in this "
                 f"partition (committed {self._committed}, fetched up to {self._end}, "
-                f"{len(entries)} pending): a batch of an earlier ownership")
+                f"{len(entries)} pending): a batch of an earlier ownership, or of another engine")
         entry.acked = True
         entry.target_base = target_base
         if entries[0] is entry and (len(entries) == 1 or not entries[1].acked):

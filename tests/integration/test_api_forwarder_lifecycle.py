@@ -224,6 +224,46 @@ def test_async_forwarding_misuse_raises_at_the_call(source_cluster, target_clust
 
 
 
+def test_a_batch_of_another_forwarder_is_refused_at_the_call(source_cluster, target_cluster,
+                                                            unique_topic):
+    """Two forwarders of one source topic (two groups): the batch one handed out, forwarded or
+    dropped through the other, was taken; its acknowledgement reached the other's offsets (an
+    engine failure there) or none (the first one's commits stopped at it for good). Refused
+    at the call now, async and sync alike; each forwarder still forwards its own."""
+    topic = unique_topic("foreign")
+    copy = f"{topic}-copy"
+    load_topic(source_cluster, topic, 400, partitions=1, batch_bytes=4_000, linger_ms=5)
+    create_target(target_cluster, copy, 1)
+    target = target_cluster.client_config()
+
+    async def scenario() -> None:
+        async with BatchForwarder(source_cluster.client_config(), target, topics=[topic],
+                                  settings={**FAST, "group.id": group()}) as one, \
+                BatchForwarder(source_cluster.client_config(), target, topics=[topic],
+                               settings={**FAST, "group.id": group()}) as other:
+            mine, theirs = await one.next_batch(30), await other.next_batch(30)
+            assert mine is not None and theirs is not None
+            with pytest.raises(ValueError, match="not handed out by this forwarder"):
+                one.forward(theirs, copy, 0)
+            with pytest.raises(ValueError, match="not handed out by this forwarder"):
+                one.drop(theirs)
+            assert await asyncio.wait_for(one.forward(mine, copy, 0), 30) == 0
+            other.drop(theirs)
+
+    asyncio.run(scenario())
+    with SyncBatchForwarder(source_cluster.client_config(), target, topics=[topic],
+                            settings={**FAST, "group.id": group()}) as one, \
+            SyncBatchForwarder(source_cluster.client_config(), target, topics=[topic],
+                               settings={**FAST, "group.id": group()}) as other:
+        mine, theirs = one.next_batch(timeout_s=30), other.next_batch(timeout_s=30)
+        assert mine is not None and theirs is not None
+        with pytest.raises(ValueError, match="not handed out by this forwarder"):
+            one.forward(theirs, copy, 0)
+        with pytest.raises(ValueError, match="not handed out by this forwarder"):
+            one.drop(theirs)
+        one.drop(mine)
+        other.forward(theirs, copy, 0).result(timeout=30)
+
 def test_a_callback_that_raises_is_logged_and_the_async_forwarder_goes_on(
         source_cluster, target_cluster, unique_topic, caplog):
     """A program's ``forward(..., callback=)`` raising used to stop the engine's produce loop

@@ -570,8 +570,11 @@ def _fresh_batches(seed: int) -> list[FetchedBatch]:
 
 
 def _fields(batch: FetchedBatch) -> tuple:
-    """``_slots`` with the view as its repr (each world splits its own views)."""
-    return tuple(repr(v) if isinstance(v, type(batch.view)) else v for v in _slots(batch))
+    """``_slots`` with the view as its repr (each world splits its own views) and the offsets
+    that registered it as whether any did (each world has its own)."""
+    return tuple(repr(v) if isinstance(v, type(batch.view))
+                 else "<registered>" if isinstance(v, PartitionOffsets) else v
+                 for v in _slots(batch))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -584,7 +587,7 @@ def test_add_batches_agree(seed: int) -> None:
         except AssertionError as err:       # a batch below the fetched end
             return ("refused", str(err), [_fields(b) for b in batches])
         return (offsets.pending, [e is b for e, b in zip(offsets._entries, batches, strict=True)],
-                [_fields(b) for b in batches])
+                [b.offsets is offsets for b in batches], [_fields(b) for b in batches])
 
     results = {name: run(impl) for name, impl in IMPLEMENTATIONS.items()}
     assert results["native"] == results["python"]
