@@ -167,13 +167,16 @@ class TopicSync:
                 continue
             had = state.remote_partitions
             state.remote_partitions = remote.get(state.remote_topic, 0)
-            if had and not state.remote_partitions:
-                log.warning("flow %s: remote topic %s is gone from %s (deleted there?); "
-                            "creating it again: what was mirrored into it before is lost, and "
-                            "mirroring goes on from the source offsets committed so far",
-                            self.flow.name, state.remote_topic, self.flow.target)
             try:
-                self._ensure(state)
+                created = self._ensure(state)
+                if had and created:
+                    # Said once it is so: a listing that trailed this sync's own create (right
+                    # after it re-created the topic) also said "missing", and the warning came
+                    # twice for one deletion.
+                    log.warning("flow %s: remote topic %s is gone from %s (deleted there?); "
+                                "created it again: what was mirrored into it before is lost, "
+                                "and mirroring goes on from the source offsets committed so "
+                                "far", self.flow.name, state.remote_topic, self.flow.target)
             except ClusterUnreachableError:
                 raise
             except Exception as err:  # noqa: BLE001 - one topic's trouble must not stop others
@@ -182,9 +185,9 @@ class TopicSync:
             del self.topics[gone]
         return sorted(t for t, s in self.topics.items() if s.ready)
 
-    def _ensure(self, state: TopicState) -> None:
-        if state.remote_partitions == 0:
-            self._create(state)
+    def _ensure(self, state: TopicState) -> bool:
+        """Create or grow ``state``'s remote topic as needed; whether this call created it."""
+        created = state.remote_partitions == 0 and self._create(state)
         if state.remote_partitions < state.source_partitions:
             self._add_partitions(state)
         elif state.error is None and state.remote_partitions > state.source_partitions:
@@ -194,8 +197,10 @@ class TopicSync:
                          f"{state.source_partitions}.. of the remote topic stay empty")
         if state.ready and state.error is None:
             self._reported.pop(state.source_topic, None)
+        return created
 
-    def _create(self, state: TopicState) -> None:
+    def _create(self, state: TopicState) -> bool:
+        """Create the remote topic; False when the target says it exists already."""
         configs = self._desired_configs(state.source_topic)
         rf = int(self.flow.settings["replication.factor"])
         for attempt_configs in (configs, dict(FORCED_TOPIC_CONFIGS)):
@@ -211,7 +216,7 @@ class TopicSync:
                     # Created first by another mirror process, or by this one a moment ago
                     # (a listing that trailed the create said it was missing): its count.
                     state.remote_partitions = self._settled_partitions(state.remote_topic, 1)
-                    return
+                    return False
                 if kerr.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST) \
                         and attempt_configs != FORCED_TOPIC_CONFIGS:
                     log.warning("flow %s: target refused configs %s for %s (%s); creating it "
@@ -225,7 +230,8 @@ class TopicSync:
             log.info("flow %s: created %s on %s (%d partitions, configs %s)", self.flow.name,
                      state.remote_topic, self.flow.target, state.source_partitions,
                      attempt_configs)
-            return
+            return True
+        return False            # (the loop always returns or raises)
 
     def _add_partitions(self, state: TopicState) -> None:
         future = self.target_admin.create_partitions(

@@ -591,7 +591,7 @@ def test_a_remote_topic_deleted_while_mirroring_is_created_again_at_once(
     assert f"target B has no {'' if deep else 'partition '}{remote}-" in log, log[-3000:]
     assert learnt in log, log[-3000:]
     assert "refreshing topics now" in log
-    assert f"remote topic {remote} is gone from B (deleted there?); creating it again" in log
+    assert f"remote topic {remote} is gone from B (deleted there?); created it again" in log
     assert f"{remote} grown to" not in log, log[-3000:]   # not auto-created by a Produce
     assert deep or "takes batches again" in log
     after = {p: records[first[p]:] for p, records in read_topic(source_cluster, topic).items()}

@@ -174,6 +174,6 @@ def test_a_remote_topic_deleted_on_the_target_is_created_again_with_a_warning(
         time.sleep(0.1)
     with caplog.at_level("WARNING", logger="shallowmirror.mirror.topic_sync"):
         assert _refresh(sync, name) == [name]
-    assert f"remote topic A.{name} is gone from B (deleted there?); creating it again" \
+    assert f"remote topic A.{name} is gone from B (deleted there?); created it again" \
         in caplog.text, caplog.text
     assert wait_for_partitions(sync.target_admin, f"A.{name}", 2)

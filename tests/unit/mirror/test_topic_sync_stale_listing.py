@@ -111,3 +111,27 @@ def test_a_grow_refused_for_another_reason_fails_at_once_without_listing_again()
     assert target.calls == ["list", "grow"], target.calls
     (message,) = sync.errors().values()
     assert "has 2 partitions but remote topic A.orders on B has 1" in message, message
+
+
+class DeletedTarget(LaggingTarget):
+    """The remote topic really was deleted: the create makes it."""
+
+    def create_topics(self, topics: list, request_timeout: float) -> dict:
+        self.calls.append("create")
+        return {t.topic: _Done() for t in topics}
+
+
+def test_a_remote_topic_listed_missing_is_called_gone_only_when_it_was(caplog):
+    """The warning came twice for one deletion: after the sync re-created the topic, the next
+    refresh's trailing listing also said "missing", and its create was refused as existing."""
+    for target, warned in ((LaggingTarget(partitions=2, stale=[]), False),
+                           (DeletedTarget(partitions=2, stale=[]), True)):
+        sync = _sync(target)
+        assert sync.refresh() == ["orders"]          # mirrored, 2 partitions on the target
+        target.stale = [None, None]                 # then listed as missing
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="shallowmirror.mirror.topic_sync"):
+            assert sync.refresh() == ["orders"]
+        gone = [r for r in caplog.records if "is gone from B" in r.getMessage()]
+        assert len(gone) == int(warned), caplog.text
+        assert sync.errors() == {}
