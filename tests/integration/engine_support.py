@@ -244,6 +244,17 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
         time.sleep(0.2)
 
 
+
+async def until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """``condition`` became true within ``timeout_s`` (polled every 0.05 s on the loop)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
 def three_batches(cluster: Any, topic: str, compression: str = "lz4") -> None:
     """One partition, three batches of ``compression``: offsets 0-99, 100-199, 200-299."""
     from confluent_kafka import Producer

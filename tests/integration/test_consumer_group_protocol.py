@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from engine_support import create_target, group, load_topic, run_until_caught_up
+from engine_support import create_target, group, load_topic, run_until_caught_up, until
 from kafka import errors as Errors
 
 from shallowmirror.engine import MirrorEngine
@@ -156,13 +156,13 @@ def test_two_engines_share_partitions_and_hand_them_over(kip848, target_cluster,
         stops = [asyncio.Event(), asyncio.Event()]
         tasks = [asyncio.create_task(e.run(s)) for e, s in zip(engines, stops, strict=True)]
         try:
-            split = await _until(lambda: [len(e.partitions) for e in engines] == [2, 2], 60)
+            split = await until(lambda: [len(e.partitions) for e in engines] == [2, 2], 60)
             shares = [sorted(e.partitions) for e in engines]
             assert split, [sorted(e.partitions) for e in engines]
             assert await engines[0].wait_caught_up(60) and await engines[1].wait_caught_up(60)
             stops[0].set()
             await tasks[0]
-            took_over = await _until(lambda: len(engines[1].partitions) == 4, 60)
+            took_over = await until(lambda: len(engines[1].partitions) == 4, 60)
             assert took_over, sorted(engines[1].partitions)
             await asyncio.to_thread(load_topic, source, topic, 1000, partitions=4,
                                     create_topic=False, seed=11)
@@ -178,15 +178,6 @@ def test_two_engines_share_partitions_and_hand_them_over(kip848, target_cluster,
     assert sorted(shares[0] + shares[1]) == last == [(topic, p) for p in range(4)]
     assert records >= 1000
     _assert_exact_copy(source, target_cluster, topic)
-
-
-async def _until(condition, timeout_s: float) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 def _refusal(source, target, topic: str, group_id: str, protocol: str = "consumer") -> str:
@@ -332,7 +323,7 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop))
         try:
-            assert await _until(lambda: len(engine.partitions) == 4, 60)
+            assert await until(lambda: len(engine.partitions) == 4, 60)
             assert await engine.wait_caught_up(60)
             member = engine.membership.current
             member_id = member.member_id
@@ -341,7 +332,7 @@ def test_a_member_that_lost_its_session_gets_its_partitions_back_at_once(
             member._lose()
             # Dropped and handed back: each partition a new ownership (both can happen between
             # two looks at engine.partitions on a busy machine).
-            assert await _until(lambda: len(engine.partitions) == 4 and all(
+            assert await until(lambda: len(engine.partitions) == 4 and all(
                 engine.partitions[tp] is not sp for tp, sp in before.items()), 15), \
                 engine.partitions
             back_s = asyncio.get_running_loop().time() - lost_at

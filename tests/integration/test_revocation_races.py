@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from engine_support import create_target, group, load_topic
+from engine_support import create_target, group, load_topic, until
 
 from shallowmirror.engine import BatchAbandonedError, BatchForwarder, MirrorEngine
 from shallowmirror.engine.membership import Positions
@@ -72,15 +72,6 @@ class HeldCommits:
         self.ended = True
 
 
-async def _until(condition, timeout_s: float) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
-
-
 @pytest.mark.parametrize("again", [False, True], ids=["revoked", "revoked and assigned again"])
 def test_a_partition_revoked_during_resumes_start_commit_is_not_fetched_after(
         source_cluster, target_cluster, unique_topic, again: bool):
@@ -104,12 +95,12 @@ def test_a_partition_revoked_during_resumes_start_commit_is_not_fetched_after(
         stop = asyncio.Event()
         run = asyncio.create_task(engine.run(stop))
         try:
-            assert await _until(lambda: engine.ready or run.done(), 30)
+            assert await until(lambda: engine.ready or run.done(), 30)
             assert not run.done(), run.exception()
             membership = memberships[0]
             tps = [(topic, 0), (topic, 1)]
             await membership.on_assigned(tps, Positions({tp: None for tp in tps}))
-            assert await _until(lambda: bool(membership.held), 30), "resume never committed"
+            assert await until(lambda: bool(membership.held), 30), "resume never committed"
             revoking = asyncio.create_task(membership.on_revoked([(topic, 1)], True))
             for _ in range(3):                 # into its metadata lookup
                 await asyncio.sleep(0)

@@ -54,28 +54,34 @@ class _Membership:
         return future
 
 
+async def _start_and_commit(count: int, meanwhile) -> tuple[list, dict]:
+    """Resume's start of ``count`` partitions, ``meanwhile(partitions, sps)`` run while its
+    commit is held; what it attached, and the partitions it started with."""
+    runtime = Runtime(resolve_settings({}), fail=lambda err: None)
+    sources, membership = _Sources(), _Membership()
+    partitions: dict = {}
+    start = ResumeStart(_Resume(), runtime, sources, partitions, where=str,
+                        source_alias="source", group_id="g")
+    sps = [SourcePartition(TOPIC, p, 0, OffsetMap()) for p in range(count)]
+    for sp in sps:
+        partitions[sp.tp] = sp
+        start.hold(sp, sp.tp, None)
+    run = asyncio.create_task(start.run([(sp, sp.tp) for sp in sps], {},
+                                        {sp.tp for sp in sps}, membership, lambda o: o))
+    while not membership.pending:
+        await asyncio.sleep(0)
+    meanwhile(partitions, sps)
+    membership.pending[0].set_result(None)
+    await run
+    return sources.attached, {sp.tp: sp for sp in sps}
+
+
 def test_only_partitions_still_owned_after_the_commit_are_fetched():
-    async def scenario() -> tuple[list, dict]:
-        runtime = Runtime(resolve_settings({}), fail=lambda err: None)
-        sources, membership = _Sources(), _Membership()
-        partitions: dict = {}
-        start = ResumeStart(_Resume(), runtime, sources, partitions, where=str,
-                            source_alias="source", group_id="g")
-        sps = [SourcePartition(TOPIC, p, 0, OffsetMap()) for p in range(3)]
-        for sp in sps:
-            partitions[sp.tp] = sp
-            start.hold(sp, sp.tp, None)
-        run = asyncio.create_task(start.run([(sp, sp.tp) for sp in sps], {},
-                                            {sp.tp for sp in sps}, membership, lambda o: o))
-        while not membership.pending:
-            await asyncio.sleep(0)
+    def meanwhile(partitions: dict, sps: list) -> None:
         del partitions[(TOPIC, 1)]                                  # revoked
         partitions[(TOPIC, 2)] = SourcePartition(TOPIC, 2, 0, OffsetMap())  # and assigned again
-        membership.pending[0].set_result(None)
-        await run
-        return sources.attached, {sp.tp: sp for sp in sps}
 
-    attached, sps = asyncio.run(scenario())
+    attached, sps = asyncio.run(_start_and_commit(3, meanwhile))
     assert attached == [sps[(TOPIC, 0)]]
     assert sps[(TOPIC, 1)].paused and sps[(TOPIC, 2)].paused
 
@@ -84,25 +90,9 @@ def test_a_partition_being_revoked_when_the_commit_ends_is_not_fetched():
     """The revocation keeps the partition in the engine's dict while its in-flight batches
     settle (``EngineCore._on_revoked``): the entry alone said "owned", and resume attached it
     there (seen on Kafka 3.7 with group.protocol=consumer: the revoked ownership fetched on)."""
-    async def scenario() -> tuple[list, SourcePartition]:
-        runtime = Runtime(resolve_settings({}), fail=lambda err: None)
-        sources, membership = _Sources(), _Membership()
-        partitions: dict = {}
-        start = ResumeStart(_Resume(), runtime, sources, partitions, where=str,
-                            source_alias="source", group_id="g")
-        sps = [SourcePartition(TOPIC, p, 0, OffsetMap()) for p in range(2)]
-        for sp in sps:
-            partitions[sp.tp] = sp
-            start.hold(sp, sp.tp, None)
-        run = asyncio.create_task(start.run([(sp, sp.tp) for sp in sps], {},
-                                            {sp.tp for sp in sps}, membership, lambda o: o))
-        while not membership.pending:
-            await asyncio.sleep(0)
+    def meanwhile(partitions: dict, sps: list) -> None:
         sps[1].revoked = True                     # revocation under way, still in the dict
-        membership.pending[0].set_result(None)
-        await run
-        return sources.attached, sps[1]
 
-    attached, revoking = asyncio.run(scenario())
+    attached, sps = asyncio.run(_start_and_commit(2, meanwhile))
     assert [sp.partition for sp in attached] == [0]
-    assert revoking.paused
+    assert sps[(TOPIC, 1)].paused
