@@ -587,18 +587,22 @@ class EngineCore:
         sp.offsets.ack(batch, target_base)
         if not self.runtime.startup.done:
             self.runtime.startup.mark("first record")
-        if hooked:
-            assert batch.target_topic is not None and batch.target_partition is not None
-            self.hooks.batch_acknowledged(BatchAck(
-                batch.topic, batch.partition, batch.source_base, batch.next_offset,
-                batch.record_count, batch.target_topic, batch.target_partition, target_base,
-                batch.record_offsets))
+        # Counted with its acknowledgement, before a hook that may raise (which ends the run):
+        # counted after it, stats() said fewer records than the committed position held.
         sp.records += batch.record_count
         sp.batches += 1
         sp.bytes += batch.size
         if recording:
             self.metrics.batch_acked(batch, sp)
-        batch._finish(target_base, None)
+        try:
+            if hooked:
+                assert batch.target_topic is not None and batch.target_partition is not None
+                self.hooks.batch_acknowledged(BatchAck(
+                    batch.topic, batch.partition, batch.source_base, batch.next_offset,
+                    batch.record_count, batch.target_topic, batch.target_partition,
+                    target_base, batch.record_offsets))
+        finally:
+            batch._finish(target_base, None)
 
     def batch_dropped(self, batch: FetchedBatch) -> None:
         """A program chose not to forward ``batch``: its offsets count as done, no map row."""

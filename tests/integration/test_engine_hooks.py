@@ -94,6 +94,9 @@ def test_a_hook_that_raises_fails_the_engine(source_cluster, target_cluster, uni
     assert "batch acknowledged hook" in text and "broken" in text
     assert "checkpoint store unavailable" in text
     assert "produce request" not in text
+    # The batch the hook was told of counts in the stats as in the committed position.
+    stats = engine.stats().partitions[(topic, 0)]
+    assert stats.position > 0 and stats.records == stats.position, stats
 
 
 @pytest.mark.needs_real_kafka("tansu 0.6 answers a Produce to a deleted topic with success, so "
