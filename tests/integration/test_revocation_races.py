@@ -180,9 +180,11 @@ def test_a_forwarder_program_learns_of_batches_its_revoked_partition_abandoned(
             await asyncio.to_thread(load_topic, source_cluster, topic, 1000, partitions=2,
                                     create_topic=False, seed=5)
             later = []
-            while (batch := await forwarder.next_batch(2)) is not None:
+            wait_s = 15.0                      # for the new records' first fetch, then less
+            while (batch := await forwarder.next_batch(wait_s)) is not None:
                 later.append(batch.partition)
                 forwarder.drop(batch)
+                wait_s = 2.0
             return str(abandoned.value), held[1], later
         finally:
             await forwarder.stop()
