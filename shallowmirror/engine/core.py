@@ -322,10 +322,10 @@ class EngineCore:
                                                       if off >= 0})
                 except HookError as err:
                     self.fail(err)           # run() raises it once shutdown is done
+        stopped = self._abandoned("the engine stopped before the target acknowledged it; the "
+                                  "next start mirrors it again from the last commit")
         for sp in self.partitions.values():
-            sp.abandon_pending(release=True, error=self._abandoned(
-                "the engine stopped before the target acknowledged it; the next start mirrors "
-                "it again from the last commit"))
+            sp.abandon_pending(release=True, error=stopped)
         if self.partitions:
             # Stopping gives every partition up, as Kafka's consumers call onPartitionsRevoked
             # when they close: an embedder that tracks ownership from these hooks saw partitions

@@ -650,7 +650,8 @@ class Sources:
     # ---- which broker fetches a partition ----
     def attach(self, sp: SourcePartition) -> None:
         """Fetch ``sp`` from its leader's source (started on first use); never a partition
-        being revoked (``still_owned``): whatever task asks, it would get a second writer."""
+        being revoked (``still_owned``): whatever task asks (a leader lookup or an offset reset
+        that ended during a revocation, resume's start), it would get a second writer."""
         assert self.cluster is not None
         if sp.revoked:
             log.debug("%s: revoked; not fetched again", self._where(sp.tp))
@@ -717,8 +718,6 @@ class Sources:
                 await asyncio.sleep(backoff.next_s())
                 with contextlib.suppress(ConnectionFailedError):
                     await self.cluster.refresh_metadata([sp.topic])
-                if not still_owned(self.partitions, sp):
-                    return                  # revoked while the metadata was on its way
                 if self.cluster.leader(*sp.tp) is not None:
                     self.attach(sp)
                     return
@@ -793,8 +792,6 @@ class Sources:
         # What was fetched below the new start must be acknowledged (or abandoned) first.
         await self.runtime.progress.wait_until(
             lambda: not (new < sp.offsets.end and sp.offsets.pending))
-        if not still_owned(self.partitions, sp):
-            return                          # revoked while its batches settled
         sp.offsets.reset(new)
         sp.skip_to_high_watermark = reset == "latest"
         self.attach(sp)
